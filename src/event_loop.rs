@@ -1,0 +1,201 @@
+//! The event loop: the edge where the supervisor's decisions meet syscalls.
+//! Each turn blocks once on the signalfd, with a timeout that is the time
+//! left to the nearest deadline (none when idle, so idle costs no wakeup),
+//! then drains every pending signal, reaps every exited child, checks the
+//! clock, and carries out what the supervisor asked for.
+
+use std::collections::VecDeque;
+use std::fs;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+
+use nix::unistd::Pid;
+
+use crate::config::{self, Config};
+use crate::events::Event;
+use crate::procs;
+use crate::reap::{self, Mode};
+use crate::signals::{SIGCHLD, SIGKILL, SignalSource, Signo};
+use crate::spawn::Spawner;
+use crate::supervisor::{self, Action, Supervisor};
+use crate::sys;
+use crate::tty;
+
+/// drainit's own failure (fork, signal setup): the contract's 125.
+pub const FAILED: i32 = 125;
+
+struct Edge {
+    signals: SignalSource,
+    spawner: Spawner,
+    mode: Mode,
+    /// The current (or last) worker's process group.
+    group: Option<i32>,
+    /// Our pid as /proc names it, when /proc belongs to our PID namespace.
+    proc_self: Option<i32>,
+}
+
+/// Run the worker to the end; returns drainit's exit code.
+pub fn run(config: Config, signals: SignalSource) -> i32 {
+    let mode = reap::setup();
+    Event::Started { mode: mode.name(), grace: config.grace, orchestrator_timeout: config.orchestrator_timeout }.emit();
+    let take_tty = tty::hand_over(&signals);
+    let spawner = match Spawner::new(&config.command, take_tty) {
+        Ok(spawner) => spawner,
+        Err(why) => {
+            Event::Failed { what: "command", error: why }.emit();
+            return 2;
+        }
+    };
+    let policy = supervisor::Policy { grace: config.grace, rewrite: config.rewrite, backoff: config.backoff };
+    let mut supervisor = Supervisor::new(policy, seed());
+    let mut edge = Edge { signals, spawner, mode, group: None, proc_self: proc_self() };
+
+    let mut actions: VecDeque<Action> = supervisor.start().into();
+    loop {
+        if let Some(code) = edge.carry_out(&mut supervisor, &mut actions) {
+            return code;
+        }
+        let timeout = supervisor.next_deadline().map(|at| at.saturating_duration_since(Instant::now()));
+        if let Err(e) = edge.signals.wait(timeout) {
+            Event::Failed { what: "ppoll", error: e.desc().to_string() }.emit();
+            return FAILED;
+        }
+        let now = Instant::now();
+        loop {
+            match edge.signals.next() {
+                Ok(Some(SIGCHLD)) => {}
+                Ok(Some(sig)) => {
+                    actions.extend(supervisor.signal(sig, now));
+                    if let Some(code) = edge.carry_out(&mut supervisor, &mut actions) {
+                        return code;
+                    }
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    Event::Failed { what: "signalfd", error: e.desc().to_string() }.emit();
+                    return FAILED;
+                }
+            }
+        }
+        let mut exited = Vec::new();
+        let left = reap::reap_pending(|pid, outcome| exited.push((pid, outcome)));
+        for (pid, outcome) in exited.iter().copied() {
+            actions.extend(supervisor.reaped(pid, outcome, now));
+            if let Some(code) = edge.carry_out(&mut supervisor, &mut actions) {
+                return code;
+            }
+        }
+        if !exited.is_empty() || !left {
+            actions.extend(supervisor.children(left, now));
+        }
+        actions.extend(supervisor.timer(now));
+    }
+}
+
+impl Edge {
+    /// Carry out actions in order (some feed answers back to the
+    /// supervisor, which may queue more). Returns the exit code on Exit.
+    fn carry_out(&mut self, supervisor: &mut Supervisor, actions: &mut VecDeque<Action>) -> Option<i32> {
+        while let Some(action) = actions.pop_front() {
+            match action {
+                Action::Spawn { attempt } => {
+                    let _ = fs::remove_file(self.spawner.retry_after_file());
+                    match self.spawner.spawn(attempt) {
+                        Ok(pid) => {
+                            self.group = Some(pid);
+                            actions.extend(supervisor.spawned(pid));
+                        }
+                        Err(err) => {
+                            self.spawner.failure_event(&err).emit();
+                            actions.extend(supervisor.spawn_failed(err.code()));
+                        }
+                    }
+                }
+                Action::Forward(sig) => self.forward(sig),
+                Action::SignalAll(sig) => self.signal_all(sig),
+                Action::Deadline => {
+                    Event::DeadlineReached { remaining: self.remaining() }.emit();
+                    self.signal_all(SIGKILL);
+                }
+                Action::ReadRetryAfter => supervisor.retry_after(self.read_retry_after()),
+                Action::Log(event) => event.emit(),
+                Action::Exit(code) => {
+                    let _ = fs::remove_file(self.spawner.retry_after_file());
+                    return Some(code);
+                }
+            }
+        }
+        None
+    }
+
+    fn forward(&self, sig: Signo) {
+        if let Some(group) = self.group {
+            // ESRCH: the group is gone already, which is fine.
+            if sys::kill(Pid::from_raw(-group), sig).is_ok() {
+                Event::Forwarded { signal: sig, sent: sig }.emit();
+            }
+        }
+    }
+
+    /// The worker's group, and everything else drainit answers for: the
+    /// whole namespace as PID 1, its descendants (even those that left the
+    /// group with setsid) as a subreaper.
+    fn signal_all(&self, sig: Signo) {
+        if let Some(group) = self.group {
+            let _ = sys::kill(Pid::from_raw(-group), sig);
+        }
+        match self.mode {
+            Mode::Pid1 => {
+                let _ = sys::kill(Pid::from_raw(-1), sig);
+            }
+            Mode::Subreaper | Mode::Plain => {
+                if let Some(me) = self.proc_self {
+                    for pid in procs::descendants(me) {
+                        let _ = sys::kill(Pid::from_raw(pid), sig);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Processes still alive that drainit answers for.
+    fn remaining(&self) -> usize {
+        self.proc_self.map_or(0, |me| procs::descendants(me).len())
+    }
+
+    /// The worker's requested sleep; the file is removed once read.
+    fn read_retry_after(&self) -> Option<std::time::Duration> {
+        let path = self.spawner.retry_after_file();
+        let text = match fs::read_to_string(path) {
+            Ok(text) => text,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
+            Err(e) => {
+                Event::RetryAfterInvalid { path: path.display().to_string(), error: e.to_string() }.emit();
+                return None;
+            }
+        };
+        let _ = fs::remove_file(path);
+        match config::parse_duration(&text) {
+            Ok(delay) => Some(delay),
+            Err(why) => {
+                let error = format!("{:?}: {why}; using the normal delay", text.trim());
+                Event::RetryAfterInvalid { path: path.display().to_string(), error }.emit();
+                None
+            }
+        }
+    }
+}
+
+/// Our pid in /proc's numbering, or None when /proc is another namespace's
+/// (`unshare --pid` without `--mount-proc`): pids read there would name
+/// other processes, so drainit must not signal them.
+fn proc_self() -> Option<i32> {
+    let me: i32 = fs::read_link("/proc/self").ok()?.to_str()?.parse().ok()?;
+    (me == std::process::id() as i32).then_some(me)
+}
+
+fn seed() -> u64 {
+    let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
+    nanos ^ (u64::from(std::process::id()) << 32)
+}
+

@@ -1,0 +1,42 @@
+//! drainit: a PID-1 init for containers. main wires the parts, in order.
+
+mod backoff;
+mod config;
+mod event_loop;
+mod events;
+mod procs;
+mod reap;
+mod signals;
+mod spawn;
+mod supervisor;
+mod sys;
+mod tty;
+
+use std::io::Write;
+use std::process::exit;
+
+fn main() {
+    // Block signals first: a SIGTERM that reaches PID 1 before it is blocked
+    // and read would be discarded by the kernel (init ignores default actions).
+    let signals = match signals::SignalSource::install() {
+        Ok(signals) => signals,
+        Err(e) => {
+            let _ = writeln!(std::io::stderr(), "drainit: error: cannot set up signals: {}", e.desc());
+            exit(event_loop::FAILED);
+        }
+    };
+    let config = match config::parse(std::env::args_os()) {
+        Ok(config) => config,
+        Err(stop @ config::Stop::Info(_)) => {
+            let text = stop.to_string();
+            let _ = write!(std::io::stdout(), "{}\n", text.trim_end());
+            exit(0);
+        }
+        Err(stop @ config::Stop::Invalid(_)) => {
+            let _ = writeln!(std::io::stderr(), "{stop}");
+            exit(2);
+        }
+    };
+    events::init_logger(&config.log_filter);
+    exit(event_loop::run(config, signals));
+}

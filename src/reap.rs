@@ -1,0 +1,65 @@
+//! Reaping: drainit's registration as child subreaper (when it is not PID 1,
+//! so that orphans come to it instead of to the real init), and collecting
+//! every exited child without blocking.
+
+use nix::errno::Errno;
+use nix::unistd::getpid;
+
+use crate::events::{Event, Outcome};
+use crate::sys;
+
+/// How drainit inherits orphans.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// PID 1 of a PID namespace: every orphan comes here, and `kill(-1)`
+    /// reaches every other process of the namespace.
+    Pid1,
+    /// A registered child subreaper: orphaned descendants come here.
+    Subreaper,
+    /// Neither (the kernel refused PR_SET_CHILD_SUBREAPER): orphans escape
+    /// to the real init.
+    Plain,
+}
+
+impl Mode {
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Pid1 => "pid1",
+            Mode::Subreaper => "subreaper",
+            Mode::Plain => "plain",
+        }
+    }
+}
+
+/// Decide the mode, registering as subreaper when not PID 1.
+pub fn setup() -> Mode {
+    if getpid().as_raw() == 1 {
+        return Mode::Pid1;
+    }
+    match nix::sys::prctl::set_child_subreaper(true) {
+        Ok(()) => Mode::Subreaper,
+        Err(e) => {
+            Event::SubreaperRefused { error: e.desc().to_string() }.emit();
+            Mode::Plain
+        }
+    }
+}
+
+/// Reap every child that has exited, calling `on_exit` for each. Returns
+/// whether any child is left (exited or not); never blocks.
+pub fn reap_pending(mut on_exit: impl FnMut(i32, Outcome)) -> bool {
+    loop {
+        match sys::wait_any_nohang() {
+            Ok(Some(w)) => on_exit(w.pid.as_raw(), Outcome::from_wait_status(w.status)),
+            Ok(None) => return true,
+            Err(Errno::ECHILD) => return false,
+            Err(Errno::EINTR) => continue,
+            Err(e) => {
+                // Not expected from waitpid(-1, WNOHANG); say so, assume
+                // children remain (the next SIGCHLD retries).
+                Event::Failed { what: "waitpid", error: e.desc().to_string() }.emit();
+                return true;
+            }
+        }
+    }
+}

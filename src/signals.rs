@@ -1,0 +1,217 @@
+//! Signals: their names, the `--rewrite` table, and the signal source that the
+//! event loop blocks on (every signal blocked, read from one signalfd).
+
+use std::time::Duration;
+
+use nix::poll::{PollFd, PollFlags, ppoll};
+use nix::sys::signal::{SigSet, SigmaskHow, Signal, sigprocmask};
+use nix::sys::signalfd::{SfdFlags, SignalFd};
+use nix::sys::time::TimeSpec;
+
+use crate::sys;
+
+/// A signal number. Real-time signals have no `nix::Signal` variant, and
+/// drainit forwards them too, so numbers are the currency.
+pub type Signo = i32;
+
+pub const SIGTERM: Signo = libc::SIGTERM;
+pub const SIGINT: Signo = libc::SIGINT;
+pub const SIGQUIT: Signo = libc::SIGQUIT;
+pub const SIGKILL: Signo = libc::SIGKILL;
+pub const SIGCHLD: Signo = libc::SIGCHLD;
+
+/// SIGTERM, SIGINT and SIGQUIT ask the container to stop: they start the
+/// grace clock (judged before rewriting, per the contract).
+pub fn is_stop(sig: Signo) -> bool {
+    matches!(sig, SIGTERM | SIGINT | SIGQUIT)
+}
+
+/// `SIGTERM`, `SIGRTMIN+3`, or `SIG42` for a number no name fits.
+pub fn name(sig: Signo) -> String {
+    let (min, max) = (sys::sigrtmin(), sys::sigrtmax());
+    if let Ok(s) = Signal::try_from(sig) {
+        s.as_str().to_string()
+    } else if sig == min {
+        "SIGRTMIN".to_string()
+    } else if sig > min && sig <= max {
+        format!("SIGRTMIN+{}", sig - min)
+    } else {
+        format!("SIG{sig}")
+    }
+}
+
+/// Parse `TERM`, `SIGTERM`, `term`, `15`, `RTMIN+2` or `SIGRTMAX-1`.
+/// `allow_zero` admits `0`, the rewrite target meaning "drop it".
+pub fn parse(text: &str, allow_zero: bool) -> Result<Signo, String> {
+    let t = text.trim();
+    let upper = t.to_ascii_uppercase();
+    let bare = upper.strip_prefix("SIG").unwrap_or(&upper);
+    let (min, max) = (sys::sigrtmin(), sys::sigrtmax());
+    let sig = if let Ok(n) = bare.parse::<i32>() {
+        n
+    } else if let Some(rest) = bare.strip_prefix("RTMIN") {
+        min + offset(rest, 1).ok_or_else(|| format!("'{t}' is not a signal"))?
+    } else if let Some(rest) = bare.strip_prefix("RTMAX") {
+        max + offset(rest, -1).ok_or_else(|| format!("'{t}' is not a signal"))?
+    } else {
+        format!("SIG{bare}").parse::<Signal>().map_err(|_| format!("'{t}' is not a signal name"))? as i32
+    };
+    if sig == 0 && allow_zero {
+        return Ok(0);
+    }
+    if Signal::try_from(sig).is_err() && !(min..=max).contains(&sig) {
+        return Err(format!("'{t}' is not a signal number this system has"));
+    }
+    Ok(sig)
+}
+
+/// "" or "+N" (sign 1) / "-N" (sign -1): the offset from RTMIN or RTMAX.
+fn offset(rest: &str, sign: i32) -> Option<i32> {
+    if rest.is_empty() {
+        return Some(0);
+    }
+    let want = if sign > 0 { '+' } else { '-' };
+    let n: i32 = rest.strip_prefix(want)?.parse().ok()?;
+    (0..=32).contains(&n).then_some(n * sign)
+}
+
+/// The `--rewrite` table: what each received signal is forwarded as.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Rewrite {
+    to: Vec<Signo>, // index: received signal; value: forwarded signal, 0 drops
+}
+
+impl Default for Rewrite {
+    fn default() -> Self {
+        Rewrite { to: (0..=sys::sigrtmax()).collect() }
+    }
+}
+
+impl Rewrite {
+    /// Build from `FROM:TO` pairs. SIGKILL, SIGSTOP and SIGCHLD cannot be a
+    /// FROM: drainit never receives the first two and consumes the third.
+    pub fn parse<'a>(pairs: impl IntoIterator<Item = &'a str>) -> Result<Rewrite, String> {
+        let mut table = Rewrite::default();
+        let mut seen = Vec::new();
+        for pair in pairs {
+            let (from, to) = pair
+                .split_once(':')
+                .ok_or_else(|| format!("'{pair}' is not FROM:TO (for example TERM:QUIT)"))?;
+            let from = parse(from, false).map_err(|e| format!("'{pair}': {e}"))?;
+            let to = parse(to, true).map_err(|e| format!("'{pair}': {e}"))?;
+            if matches!(from, SIGKILL | SIGCHLD) || from == libc::SIGSTOP {
+                return Err(format!("'{pair}': {} cannot be rewritten, drainit never forwards it", name(from)));
+            }
+            if seen.contains(&from) {
+                return Err(format!("'{pair}': {} is rewritten twice", name(from)));
+            }
+            seen.push(from);
+            table.to[from as usize] = to;
+        }
+        Ok(table)
+    }
+
+    /// The signal to forward for `sig`, or None when the table drops it.
+    pub fn apply(&self, sig: Signo) -> Option<Signo> {
+        match self.to.get(sig as usize).copied().unwrap_or(sig) {
+            0 => None,
+            to => Some(to),
+        }
+    }
+}
+
+/// Every signal blocked and readable from one close-on-exec signalfd.
+pub struct SignalSource {
+    fd: SignalFd,
+}
+
+impl SignalSource {
+    /// Reset inherited dispositions, block every signal, open the signalfd.
+    /// Must run before the first fork: a signal that arrives before the worker
+    /// exists then waits in the signalfd and is forwarded once it does.
+    pub fn install() -> nix::Result<SignalSource> {
+        sys::reset_signal_dispositions();
+        let all = SigSet::all();
+        sigprocmask(SigmaskHow::SIG_SETMASK, Some(&all), None)?;
+        let fd = SignalFd::with_flags(&all, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)?;
+        Ok(SignalSource { fd })
+    }
+
+    /// Sleep until a signal is pending or `timeout` passes (None: forever).
+    pub fn wait(&self, timeout: Option<Duration>) -> nix::Result<()> {
+        let mut fds = [PollFd::new(std::os::fd::AsFd::as_fd(&self.fd), PollFlags::POLLIN)];
+        match ppoll(&mut fds, timeout.map(TimeSpec::from), None) {
+            Ok(_) | Err(nix::errno::Errno::EINTR) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The next pending signal, if any.
+    pub fn next(&self) -> nix::Result<Option<Signo>> {
+        Ok(self.fd.read_signal()?.map(|info| info.ssi_signo as Signo))
+    }
+
+    /// Discard whatever of `sigs` is pending now (see tty.rs).
+    pub fn discard(&self, sigs: &[Signal]) -> nix::Result<()> {
+        let mut only = SigSet::empty();
+        sigs.iter().for_each(|s| only.add(*s));
+        let probe = SignalFd::with_flags(&only, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)?;
+        while probe.read_signal()?.is_some() {}
+        Ok(())
+    }
+}
+
+/// Restore an empty mask: in the forked child, just before exec.
+pub fn unblock_all() -> nix::Result<()> {
+    sigprocmask(SigmaskHow::SIG_SETMASK, Some(&SigSet::empty()), None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_names_numbers_and_real_time() {
+        for (text, want) in [
+            ("TERM", libc::SIGTERM),
+            ("SIGTERM", libc::SIGTERM),
+            ("term", libc::SIGTERM),
+            ("15", libc::SIGTERM),
+            ("hup", libc::SIGHUP),
+            ("SIGUSR1", libc::SIGUSR1),
+            ("WINCH", libc::SIGWINCH),
+            ("RTMIN", libc::SIGRTMIN()),
+            ("SIGRTMIN+2", libc::SIGRTMIN() + 2),
+            ("RTMAX-1", libc::SIGRTMAX() - 1),
+            ("64", 64),
+        ] {
+            assert_eq!(parse(text, false), Ok(want), "{text}");
+        }
+    }
+
+    #[test]
+    fn rejects_unknown_and_out_of_range() {
+        for text in ["", "FOO", "SIGFOO", "0", "-1", "65", "32", "RTMIN+99", "RTMIN-1", "TERM2"] {
+            assert!(parse(text, false).is_err(), "{text}");
+        }
+        assert_eq!(parse("0", true), Ok(0));
+    }
+
+    #[test]
+    fn names_round_trip() {
+        for sig in (1..=sys::sigrtmax()).filter(|s| !(32..sys::sigrtmin()).contains(s)) {
+            assert_eq!(parse(&name(sig), false), Ok(sig), "{}", name(sig));
+        }
+    }
+
+    #[test]
+    fn rewrite_table() {
+        let rw = Rewrite::parse(["TERM:QUIT", "SIGUSR1:0"]).unwrap();
+        assert_eq!(rw.apply(SIGTERM), Some(SIGQUIT));
+        assert_eq!(rw.apply(libc::SIGUSR1), None);
+        assert_eq!(rw.apply(libc::SIGHUP), Some(libc::SIGHUP));
+        for bad in ["TERM", "TERM:", ":QUIT", "KILL:TERM", "CHLD:TERM", "STOP:TERM", "TERM:FOO", "TERM:QUIT,TERM:INT"] {
+            assert!(Rewrite::parse(bad.split(',')).is_err(), "{bad}");
+        }
+    }
+}

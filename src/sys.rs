@@ -1,0 +1,118 @@
+//! The only `unsafe` in drainit: the few libc calls that nix does not cover
+//! in the shape drainit needs. Each wrapper is safe to call and states the
+//! invariant that makes its `unsafe` block sound.
+
+use std::ffi::CString;
+use std::os::fd::{AsRawFd, BorrowedFd};
+use std::ptr;
+
+use nix::errno::Errno;
+use nix::unistd::{ForkResult, Pid};
+
+/// fork(2).
+pub fn fork() -> nix::Result<ForkResult> {
+    // SAFETY: drainit never starts a thread, so the child is a complete copy
+    // of a single-threaded process: no lock can be held by a thread that does
+    // not exist in the child. The child still only runs async-signal-safe
+    // calls (see spawn.rs) so that this stays true if a thread is ever added.
+    unsafe { nix::unistd::fork() }
+}
+
+/// Argument and environment vectors for execvpe, built before fork so that the
+/// child allocates nothing (nix's execvpe collects its pointers into a Vec).
+pub struct ExecArgs {
+    _argv: Vec<CString>,
+    _envp: Vec<CString>,
+    argv_ptrs: Vec<*const libc::c_char>,
+    envp_ptrs: Vec<*const libc::c_char>,
+}
+
+impl ExecArgs {
+    pub fn new(argv: Vec<CString>, envp: Vec<CString>) -> ExecArgs {
+        // The pointers point into the CStrings' heap buffers, which do not
+        // move when the Vec holding the CStrings moves into the struct.
+        let argv_ptrs = argv.iter().map(|a| a.as_ptr()).chain([ptr::null()]).collect();
+        let envp_ptrs = envp.iter().map(|e| e.as_ptr()).chain([ptr::null()]).collect();
+        ExecArgs { _argv: argv, _envp: envp, argv_ptrs, envp_ptrs }
+    }
+
+    /// execvpe(3): returns only on failure, with its errno. Async-signal-safe.
+    pub fn exec(&self) -> Errno {
+        // SAFETY: argv_ptrs and envp_ptrs are null-terminated arrays of
+        // pointers to NUL-terminated strings owned by self, alive for the
+        // whole call; argv has at least the program name (config checks it).
+        unsafe { libc::execvpe(self.argv_ptrs[0], self.argv_ptrs.as_ptr(), self.envp_ptrs.as_ptr()) };
+        Errno::last()
+    }
+}
+
+/// _exit(2): leave a forked child without running the parent's atexit
+/// handlers or flushing its stdio buffers.
+pub fn exit_child(code: i32) -> ! {
+    // SAFETY: _exit takes no pointers and never returns.
+    unsafe { libc::_exit(code) }
+}
+
+/// kill(2) with a raw signal number. nix's `Signal` enum has no real-time
+/// signals, and drainit forwards those too. Signal 0 only probes.
+pub fn kill(pid: Pid, signo: i32) -> nix::Result<()> {
+    // SAFETY: kill takes plain integers; an invalid number is EINVAL.
+    Errno::result(unsafe { libc::kill(pid.as_raw(), signo) }).map(drop)
+}
+
+/// What waitpid reported: the pid and the raw status word.
+pub struct Waited {
+    pub pid: Pid,
+    pub status: i32,
+}
+
+/// waitpid(-1, WNOHANG). `Ok(None)`: children exist, none has exited yet.
+/// nix's waitpid cannot decode a death by a real-time signal (it returns
+/// EINVAL after the child has already been reaped), so the status stays raw.
+pub fn wait_any_nohang() -> nix::Result<Option<Waited>> {
+    let mut status: libc::c_int = 0;
+    // SAFETY: status is a valid, writable c_int for the duration of the call.
+    let pid = Errno::result(unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) })?;
+    Ok((pid > 0).then(|| Waited { pid: Pid::from_raw(pid), status }))
+}
+
+/// Highest signal number of this libc (SIGRTMAX, 64 on Linux).
+pub fn sigrtmax() -> i32 {
+    libc::SIGRTMAX()
+}
+
+/// Lowest real-time signal number usable by applications (SIGRTMIN).
+pub fn sigrtmin() -> i32 {
+    libc::SIGRTMIN()
+}
+
+/// Set every signal's disposition to SIG_DFL. drainit never installs a
+/// handler (it reads signals from a signalfd), so this undoes only what it
+/// inherited: an ignored SIGCHLD would make the kernel reap children before
+/// drainit can read their status, and ignored dispositions survive exec and
+/// would reach the worker. Children inherit the result, so the worker starts
+/// with default dispositions without any work between fork and exec.
+pub fn reset_signal_dispositions() {
+    for signo in 1..=sigrtmax() {
+        if signo == libc::SIGKILL || signo == libc::SIGSTOP {
+            continue;
+        }
+        // SAFETY: SIG_DFL is not a function pointer that could be called; the
+        // call fails harmlessly (EINVAL) for the numbers glibc reserves.
+        unsafe { libc::signal(signo, libc::SIG_DFL) };
+    }
+}
+
+/// TIOCSCTTY: make the terminal on `fd` the controlling terminal of the
+/// calling session leader, without stealing it from another session.
+pub fn set_controlling_tty(fd: BorrowedFd<'_>) -> nix::Result<()> {
+    // SAFETY: TIOCSCTTY takes an integer argument (0: do not steal).
+    Errno::result(unsafe { libc::ioctl(fd.as_raw_fd(), libc::TIOCSCTTY, 0) }).map(drop)
+}
+
+/// TIOCNOTTY: give up the controlling terminal on `fd`.
+pub fn release_controlling_tty(fd: BorrowedFd<'_>) -> nix::Result<()> {
+    // SAFETY: TIOCNOTTY takes no argument.
+    Errno::result(unsafe { libc::ioctl(fd.as_raw_fd(), libc::TIOCNOTTY) }).map(drop)
+}
+
