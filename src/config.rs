@@ -204,11 +204,13 @@ pub fn parse<I: IntoIterator<Item = OsString>>(args: I) -> Result<Config, Stop> 
         return Err(Stop::Invalid(format!("{source} '0': must be more than 0, or a failing worker restarts in a tight loop")));
     }
     if delay > max_delay {
+        let what = match &cli.backoff_delay {
+            Some(text) => format!("{} '{text}'", origin("backoff_delay", "--backoff-delay", "DRAINIT_BACKOFF_DELAY")),
+            None => format!("the default backoff delay {}", crate::events::duration(delay)),
+        };
         return Err(Stop::Invalid(format!(
-            "{} '{}' is longer than the backoff max delay {}",
-            origin("backoff_delay", "--backoff-delay", "DRAINIT_BACKOFF_DELAY"),
-            cli.backoff_delay.unwrap_or_default(),
-            crate::events::duration(max_delay),
+            "{what} is longer than the backoff max delay {}",
+            crate::events::duration(max_delay)
         )));
     }
 

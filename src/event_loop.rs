@@ -112,10 +112,12 @@ impl Edge {
                     }
                 }
                 Action::Forward(sig) => self.forward(sig),
-                Action::SignalAll(sig) => self.signal_all(sig),
+                Action::SignalAll(sig) => {
+                    self.signal_all(sig);
+                }
                 Action::Deadline => {
-                    Event::DeadlineReached { remaining: self.remaining() }.emit();
-                    self.signal_all(SIGKILL);
+                    let remaining = self.signal_all(SIGKILL);
+                    Event::DeadlineReached { remaining }.emit();
                 }
                 Action::ReadRetryAfter => supervisor.retry_after(self.read_retry_after()),
                 Action::Log(event) => event.emit(),
@@ -139,8 +141,10 @@ impl Edge {
 
     /// The worker's group, and everything else drainit answers for: the
     /// whole namespace as PID 1, its descendants (even those that left the
-    /// group with setsid) as a subreaper.
-    fn signal_all(&self, sig: Signo) {
+    /// group with setsid) as a subreaper. Returns how many processes that
+    /// was (as far as /proc tells).
+    fn signal_all(&self, sig: Signo) -> usize {
+        let found = self.proc_self.map_or_else(Vec::new, procs::descendants);
         if let Some(group) = self.group {
             let _ = sys::kill(Pid::from_raw(-group), sig);
         }
@@ -149,18 +153,12 @@ impl Edge {
                 let _ = sys::kill(Pid::from_raw(-1), sig);
             }
             Mode::Subreaper | Mode::Plain => {
-                if let Some(me) = self.proc_self {
-                    for pid in procs::descendants(me) {
-                        let _ = sys::kill(Pid::from_raw(pid), sig);
-                    }
+                for pid in &found {
+                    let _ = sys::kill(Pid::from_raw(*pid), sig);
                 }
             }
         }
-    }
-
-    /// Processes still alive that drainit answers for.
-    fn remaining(&self) -> usize {
-        self.proc_self.map_or(0, |me| procs::descendants(me).len())
+        found.len()
     }
 
     /// The worker's requested sleep; the file is removed once read.

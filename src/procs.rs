@@ -4,10 +4,44 @@
 
 use std::fs;
 
-/// Pids of every descendant of `root`, found by following parent links in
-/// /proc. Racy by nature (processes come and go while it reads), which is why
-/// the deadline kill repeats after each reaping round.
+/// Pids of every descendant of `root`. Racy by nature (processes come and go
+/// while it reads), which is why the deadline kill repeats after each round
+/// of reaping.
 pub fn descendants(root: i32) -> Vec<i32> {
+    let mut found = vec![root];
+    let mut next = 0;
+    while next < found.len() {
+        let parent = found[next];
+        match children(parent) {
+            Some(kids) => found.extend(kids),
+            // No /proc/PID/task/TID/children (CONFIG_PROC_CHILDREN off):
+            // fall back to reading every process's parent link.
+            None if parent == root => return by_parent_links(root),
+            None => {}
+        }
+        next += 1;
+    }
+    found.remove(0);
+    found
+}
+
+/// The children of `pid`, from each of its threads' `children` file. None
+/// when the kernel has no such file.
+fn children(pid: i32) -> Option<Vec<i32>> {
+    let tasks = fs::read_dir(format!("/proc/{pid}/task")).ok()?;
+    let mut kids = Vec::new();
+    let mut readable = false;
+    for task in tasks.flatten() {
+        if let Ok(list) = fs::read_to_string(task.path().join("children")) {
+            readable = true;
+            kids.extend(list.split_whitespace().filter_map(|p| p.parse::<i32>().ok()));
+        }
+    }
+    readable.then_some(kids)
+}
+
+/// The slow path: every process's parent pid from /proc/PID/stat.
+fn by_parent_links(root: i32) -> Vec<i32> {
     let Ok(dir) = fs::read_dir("/proc") else { return Vec::new() };
     let links: Vec<(i32, i32)> = dir
         .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<i32>().ok())
@@ -37,7 +71,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn finds_a_child_and_grandchild() {
+    fn finds_a_child_and_grandchild_both_ways() {
         let mut child = std::process::Command::new("sh")
             .args(["-c", "sleep 30 & echo $!; wait"])
             .stdout(std::process::Stdio::piped())
@@ -46,9 +80,12 @@ mod tests {
         let mut line = String::new();
         std::io::BufRead::read_line(&mut std::io::BufReader::new(child.stdout.take().unwrap()), &mut line).unwrap();
         let grandchild: i32 = line.trim().parse().unwrap();
-        let found = descendants(std::process::id() as i32);
+        let me = std::process::id() as i32;
+        let (fast, slow) = (descendants(me), by_parent_links(me));
         let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(grandchild), nix::sys::signal::SIGKILL);
         let _ = child.wait();
-        assert!(found.contains(&(child.id() as i32)) && found.contains(&grandchild), "{found:?}");
+        for found in [fast, slow] {
+            assert!(found.contains(&(child.id() as i32)) && found.contains(&grandchild), "{found:?}");
+        }
     }
 }

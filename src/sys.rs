@@ -92,14 +92,23 @@ pub fn sigrtmin() -> i32 {
 /// drainit can read their status, and ignored dispositions survive exec and
 /// would reach the worker. Children inherit the result, so the worker starts
 /// with default dispositions without any work between fork and exec.
+///
+/// The raw syscall, because glibc's signal() refuses the two signals it
+/// reserves (32 and 33), which a parent may still have left ignored (seen:
+/// an agent runner does).
 pub fn reset_signal_dispositions() {
+    // The kernel's struct sigaction, all zero: handler SIG_DFL (0), no
+    // flags, empty mask. 32 bytes covers the x86_64 layout (with
+    // sa_restorer) and the generic one (without); zero reads the same in both.
+    let default = [0u64; 4];
     for signo in 1..=sigrtmax() {
         if signo == libc::SIGKILL || signo == libc::SIGSTOP {
             continue;
         }
-        // SAFETY: SIG_DFL is not a function pointer that could be called; the
-        // call fails harmlessly (EINVAL) for the numbers glibc reserves.
-        unsafe { libc::signal(signo, libc::SIG_DFL) };
+        // SAFETY: the new action points to 32 readable bytes that stay alive
+        // for the call; the old action is not requested (null); 8 is the
+        // kernel's sigset size on Linux.
+        unsafe { libc::syscall(libc::SYS_rt_sigaction, signo, default.as_ptr(), std::ptr::null_mut::<u8>(), 8) };
     }
 }
 

@@ -112,6 +112,16 @@ impl Builder {
         self
     }
 
+    /// Start drainit with nothing open but stdin, stdout and stderr.
+    pub fn only_stdio(self) -> Builder {
+        self.before_exec(|| {
+            // SAFETY: close_range takes integers; std's exec-status pipe goes
+            // too, which only means a failed exec is not reported as such.
+            unsafe { libc::syscall(libc::SYS_close_range, 3, u32::MAX, 0) };
+            Ok(())
+        })
+    }
+
     pub fn spawn(mut self) -> Running {
         if self.mode == Mode::Pid1 {
             // SAFETY: only async-signal-safe calls (unshare, fork, mount,
@@ -184,6 +194,9 @@ fn enter_pid_namespace() -> std::io::Result<()> {
         // The launcher must not hold std's exec-status pipe open, or spawn()
         // would wait for it; it keeps only stdio.
         libc::syscall(libc::SYS_close_range, 3, u32::MAX, 0);
+        // A test may have set SIGCHLD to SIG_IGN for drainit to undo; the
+        // launcher needs its child's status.
+        libc::signal(libc::SIGCHLD, libc::SIG_DFL);
         let mut status = 0;
         while libc::waitpid(pid, &mut status, 0) < 0 {
             if *libc::__errno_location() != libc::EINTR {
