@@ -1,5 +1,10 @@
 //! drainit: a PID-1 init for containers. main wires the parts, in order.
 
+// PID 1 must not panic on anything the OS or the user hands it: no unwrap,
+// expect or panic outside tests (checked by `cargo clippy` in CI; release
+// builds abort on panic, so one would take the container down).
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
+
 mod backoff;
 mod config;
 mod event_loop;
@@ -29,7 +34,7 @@ fn main() {
         Ok(config) => config,
         Err(stop @ config::Stop::Info(_)) => {
             let text = stop.to_string();
-            let _ = write!(std::io::stdout(), "{}\n", text.trim_end());
+            let _ = writeln!(std::io::stdout(), "{}", text.trim_end());
             exit(0);
         }
         Err(stop @ config::Stop::Invalid(_)) => {
