@@ -134,7 +134,7 @@ impl Edge {
         if let Some(group) = self.group {
             // ESRCH: the group is gone already, which is fine.
             if sys::kill(Pid::from_raw(-group), sig).is_ok() {
-                Event::Forwarded { signal: sig, sent: sig }.emit();
+                Event::Forwarded { signal: sig }.emit();
             }
         }
     }

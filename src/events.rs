@@ -48,7 +48,8 @@ pub enum Event {
     Exit { code: i32 },
     /// A process other than the worker was reaped (an orphan or leftover).
     Reaped { pid: i32, outcome: Outcome },
-    Forwarded { signal: Signo, sent: Signo },
+    /// A signal (after rewriting) sent to the worker's process group.
+    Forwarded { signal: Signo },
     /// A signal drainit had no one to forward to (during a backoff sleep).
     SignalDropped { signal: Signo },
     RetryAfterInvalid { path: String, error: String },
@@ -141,9 +142,7 @@ impl fmt::Display for Event {
                 write!(f, "event=reaped pid={pid}")?;
                 outcome(f, *o)
             }
-            Event::Forwarded { signal, sent } => {
-                write!(f, "event=signal_forwarded signal={} as={}", signals::name(*signal), signals::name(*sent))
-            }
+            Event::Forwarded { signal } => write!(f, "event=signal_forwarded signal={}", signals::name(*signal)),
             Event::SignalDropped { signal } => {
                 write!(f, "event=signal_dropped signal={} reason=no_worker", signals::name(*signal))
             }

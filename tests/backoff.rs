@@ -97,10 +97,11 @@ fn gives_up_when_the_budget_is_spent() {
 fn retry_after_file_sets_the_exact_delay_and_is_removed() {
     let dir = Scratch::new("retry");
     let removed = path_str(&dir.path("removed"));
+    let starts_file = path_str(&dir.path("starts"));
     let script = format!(
-        "{}; if [ \"$DRAINIT_ATTEMPT\" = 1 ]; then echo 300ms > \"$DRAINIT_RETRY_AFTER_FILE\"; exit 75; fi; \
-         [ -e \"$DRAINIT_RETRY_AFTER_FILE\" ] || touch {removed}; exit 0",
-        format!("echo \"$DRAINIT_ATTEMPT $(date +%s%N)\" >> {}", path_str(&dir.path("starts")))
+        "echo \"$DRAINIT_ATTEMPT $(date +%s%N)\" >> {starts_file}; \
+         if [ \"$DRAINIT_ATTEMPT\" = 1 ]; then echo 300ms > \"$DRAINIT_RETRY_AFTER_FILE\"; exit 75; fi; \
+         [ -e \"$DRAINIT_RETRY_AFTER_FILE\" ] || touch {removed}; exit 0"
     );
     let mut run = drainit(Mode::Subreaper, with_sh(&["--backoff-delay", "5s"], &script)).spawn();
     let ended = run.wait(secs(10));

@@ -22,7 +22,8 @@ fn attempt(args: &[&str], env: &[(&str, &str)]) -> (Option<i32>, String, bool) {
 
 #[test]
 fn bad_values_exit_2_with_one_line_and_no_worker() {
-    let cases: &[(&[&str], &[(&str, &str)], &str)] = &[
+    type Case<'a> = (&'a [&'a str], &'a [(&'a str, &'a str)], &'a str);
+    let cases: &[Case] = &[
         (&["--grace", "abc"], &[], "--grace 'abc'"),
         (&["--grace=-1s"], &[], "--grace '-1s'"),
         (&["--grace", "-1s"], &[], "--grace '-1s'"),
