@@ -9,6 +9,7 @@ use std::fs;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 
+use nix::errno::Errno;
 use nix::unistd::Pid;
 
 use crate::config::{self, Config};
@@ -168,7 +169,9 @@ impl Edge {
             Ok(text) => text,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
             Err(e) => {
-                Event::RetryAfterInvalid { path: path.display().to_string(), error: e.to_string() }.emit();
+                // The same errno wording as every other line (nix's table).
+                let error = e.raw_os_error().map_or("unreadable", |n| Errno::from_raw(n).desc()).to_string();
+                Event::RetryAfterInvalid { path: path.display().to_string(), error }.emit();
                 return None;
             }
         };

@@ -471,11 +471,15 @@ fn ctrl_c_interrupts_the_foreground_job_once() {
     let mut s = drainit_on_tty(&SHELL);
     set_prompt(&mut s);
 
-    s.line("sleep 100; echo after=$?");
+    // (An interrupted job also interrupts the rest of its command line,
+    // as in any shell with job control, so $? is asked for afterwards.)
+    s.line("sleep 100");
     let sleep = s.find("sleep");
-    let st = stat(sleep).unwrap();
-    assert_eq!(st.tpgid, st.pgrp, "sleep is the foreground job: {st:?}");
+    assert!(wait_until(STEP, || stat(sleep).is_some_and(|st| st.tpgid == st.pgrp)), "sleep never foreground");
     s.send(b"\x03");
+    s.expect(PROMPT, STEP);
+    assert!(wait_until(STEP, || !alive(sleep)), "Ctrl-C ended sleep");
+    s.line("echo after=$?");
     s.expect("after=130", STEP);
     s.expect(PROMPT, STEP);
 
@@ -624,8 +628,8 @@ fn typed_at_a_shell_ctrl_c_is_forwarded_once() {
     s.expect("READY", STEP);
     let drainit = s.find("drainit");
     let worker = wait_for(STEP, || children(drainit).into_iter().find(|&c| comm(c) == "sh")).expect("the worker");
-    let (d, w) = (stat(drainit).unwrap(), stat(worker).unwrap());
-    assert_eq!(d.tpgid, d.pgrp, "drainit is the outer shell's foreground job: {d:?}");
+    let (d, w, outer) = (stat(drainit).unwrap(), stat(worker).unwrap(), stat(s.pid1).unwrap());
+    assert_eq!(outer.tpgid, d.pgrp, "drainit is the outer shell's foreground job: {d:?} {outer:?}");
     assert_ne!(d.session, drainit, "drainit is not a session leader: {d:?}");
     assert_eq!(d.tty_nr, 0, "drainit let go of the terminal: {d:?}");
     assert_eq!((w.session, w.tty_nr), (worker, 0), "the worker has its own session, without the terminal: {w:?}");
