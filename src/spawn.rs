@@ -123,9 +123,14 @@ fn child(exec: &ExecArgs, report: &OwnedFd, take_tty: bool) -> ! {
     // Cannot fail: a fresh child of fork is never a process group leader.
     let _ = setsid();
     if take_tty {
+        // Before exec, so the worker's first instruction (and the first
+        // keystroke) already finds its group in the foreground: the kernel
+        // makes the session's group the terminal's foreground group here.
         // Without a stolen terminal (drainit detached from it in tty.rs) this
-        // fails only when another session holds it; the worker then runs
-        // without a controlling terminal, as under dumb-init.
+        // fails only when another session holds it (drainit typed at a
+        // shell); the worker then runs without a controlling terminal, as
+        // under dumb-init. stdin() allocates nothing here: tty::hand_over,
+        // which alone sets take_tty, created its buffer before the fork.
         let _ = sys::set_controlling_tty(std::io::stdin().as_fd());
     }
     // Dispositions are already SIG_DFL (drainit reset them at startup and

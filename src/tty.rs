@@ -1,7 +1,16 @@
 //! The terminal, when drainit's stdin is one (`docker run -it`): drainit gives
 //! it up so that the worker's new session can take it as its controlling
 //! terminal and be its foreground group, so Ctrl-C, Ctrl-Z and resizes reach
-//! the worker's jobs directly, as they would without drainit.
+//! the worker's jobs directly, as they would without drainit. drainit is then
+//! in no foreground group: it never gets (so never forwards a second copy of)
+//! a signal the terminal sends, and having no terminal it is never stopped by
+//! SIGTTIN/SIGTTOU (it blocks every signal anyway).
+//!
+//! When drainit is not a session leader (typed at an interactive shell), the
+//! terminal stays with that shell's session: the worker's TIOCSCTTY fails and
+//! it runs without a controlling terminal, while drainit remains the shell's
+//! foreground job and forwards what the terminal sends it (Ctrl-C: a SIGINT,
+//! which is also a stop request) to the worker's group, once.
 
 use std::os::fd::AsFd;
 

@@ -329,6 +329,9 @@ impl Session {
 
 impl Drop for Session {
     fn drop(&mut self) {
+        if std::env::var_os("TTY_TRANSCRIPT").is_some() {
+            eprintln!("---- transcript ----\n{}\n----", self.transcript());
+        }
         if self.code.is_none() {
             // SIGKILL to a namespace's PID 1 kills the whole namespace.
             // SAFETY: kill with integer arguments.
@@ -425,6 +428,30 @@ fn worker_owns_the_terminal_from_its_first_instruction() {
     assert_eq!(st.tpgid, pid, "the worker's group is the foreground group at once: {line}");
     assert_eq!(s.wait(STEP), Some(3), "drainit exits with the worker's code:\n{}", s.transcript());
     assert!(s.transcript().contains("event=exit code=3"), "{}", s.transcript());
+}
+
+/// A restart (backoff) takes the terminal again: the previous worker's
+/// session released it when its leader exited.
+#[test]
+fn a_restarted_worker_takes_the_terminal_again() {
+    let mut s = Session::start(&[
+        BIN,
+        "--backoff-delay",
+        "100ms",
+        "--",
+        "sh",
+        "-c",
+        "echo STAT$DRAINIT_ATTEMPT; cat /proc/$$/stat; echo TATS; [ $DRAINIT_ATTEMPT = 2 ] && exit 6; exit 75",
+    ]);
+    for attempt in 1..=2 {
+        s.expect(&format!("STAT{attempt}"), STEP);
+        let seen = s.expect("TATS", STEP);
+        let line = seen.lines().find(|l| l.contains("(sh)")).unwrap_or_else(|| panic!("{}", s.transcript()));
+        let st = parse_stat(line).unwrap();
+        let pid: i32 = line.trim().split(' ').next().unwrap().parse().unwrap();
+        assert_eq!((st.session, st.tty_nr, st.tpgid), (pid, s.tty_nr, pid), "attempt {attempt}: {line}");
+    }
+    assert_eq!(s.wait(STEP), Some(6), "{}", s.transcript());
 }
 
 /// A command typed at an interactive shell runs and prints; drainit holds no
@@ -654,6 +681,28 @@ fn typed_at_a_shell_ctrl_c_is_forwarded_once() {
     s.expect(PROMPT, STEP);
     s.line("echo al\"\"ive");
     s.expect("alive", STEP);
+    s.line("exit 0");
+    assert_eq!(s.wait(STEP), Some(0), "{}", s.transcript());
+}
+
+/// Typed at a shell, Ctrl-C is a stop request like any SIGINT drainit gets:
+/// a worker that survives it (an interactive shell does) is killed at the
+/// grace deadline, and drainit ends with 137.
+#[test]
+fn typed_at_a_shell_ctrl_c_starts_the_grace_clock() {
+    let mut s = Session::start(&SHELL);
+    set_prompt(&mut s);
+    s.line(&format!("{BIN} --grace 1s -- sh -i; echo code=$?"));
+    s.expect("event=child_started", STEP);
+    // The inner shell reads and writes the terminal without owning it.
+    s.line("echo IN$((2+3))NER");
+    s.expect("IN5NER", STEP);
+    s.send(b"\x03");
+    s.expect("event=stop_requested signal=SIGINT", STEP);
+    s.expect("event=deadline_reached", STEP);
+    s.expect("event=exit code=137", STEP);
+    s.expect("code=137", STEP);
+    s.expect(PROMPT, STEP);
     s.line("exit 0");
     assert_eq!(s.wait(STEP), Some(0), "{}", s.transcript());
 }
