@@ -33,6 +33,10 @@ struct Edge {
     group: Option<i32>,
     /// Our pid as /proc names it, when /proc belongs to our PID namespace.
     proc_self: Option<i32>,
+    /// Whether the last round of reaping left any child. Every process
+    /// drainit answers for outside the group is a descendant, and a live
+    /// descendant means a live child: with none, /proc need not be read.
+    children_left: bool,
 }
 
 /// Run the worker to the end; returns drainit's exit code.
@@ -49,7 +53,7 @@ pub fn run(config: Config, signals: SignalSource) -> i32 {
     };
     let policy = supervisor::Policy { grace: config.grace, rewrite: config.rewrite, backoff: config.backoff };
     let mut supervisor = Supervisor::new(policy, seed());
-    let mut edge = Edge { signals, spawner, mode, group: None, proc_self: proc_self() };
+    let mut edge = Edge { signals, spawner, mode, group: None, proc_self: proc_self(), children_left: true };
 
     let mut actions: VecDeque<Action> = supervisor.start().into();
     loop {
@@ -80,6 +84,7 @@ pub fn run(config: Config, signals: SignalSource) -> i32 {
         }
         let mut exited = Vec::new();
         let left = reap::reap_pending(|pid, outcome| exited.push((pid, outcome)));
+        edge.children_left = left;
         for (pid, outcome) in exited.iter().copied() {
             actions.extend(supervisor.reaped(pid, outcome, now));
             if let Some(code) = edge.carry_out(&mut supervisor, &mut actions) {
@@ -104,6 +109,7 @@ impl Edge {
                     match self.spawner.spawn(attempt) {
                         Ok(pid) => {
                             self.group = Some(pid);
+                            self.children_left = true;
                             actions.extend(supervisor.spawned(pid));
                         }
                         Err(err) => {
@@ -114,11 +120,13 @@ impl Edge {
                 }
                 Action::Forward(sig) => self.forward(sig),
                 Action::SignalAll(sig) => {
-                    self.signal_all(sig);
+                    let found = if self.mode == Mode::Pid1 { Vec::new() } else { self.descendants() };
+                    self.signal_all(sig, &found);
                 }
                 Action::Deadline => {
-                    let remaining = self.signal_all(SIGKILL);
-                    Event::DeadlineReached { remaining }.emit();
+                    let found = self.descendants();
+                    self.signal_all(SIGKILL, &found);
+                    Event::DeadlineReached { remaining: found.len() }.emit();
                 }
                 Action::ReadRetryAfter => supervisor.retry_after(self.read_retry_after()),
                 Action::Log(event) => event.emit(),
@@ -141,11 +149,9 @@ impl Edge {
     }
 
     /// The worker's group, and everything else drainit answers for: the
-    /// whole namespace as PID 1, its descendants (even those that left the
-    /// group with setsid) as a subreaper. Returns how many processes that
-    /// was (as far as /proc tells).
-    fn signal_all(&self, sig: Signo) -> usize {
-        let found = self.proc_self.map_or_else(Vec::new, procs::descendants);
+    /// whole namespace as PID 1 (`kill(-1)`), the `found` descendants (even
+    /// those that left the group with setsid) otherwise.
+    fn signal_all(&self, sig: Signo, found: &[i32]) {
         if let Some(group) = self.group {
             let _ = sys::kill(Pid::from_raw(-group), sig);
         }
@@ -154,12 +160,19 @@ impl Edge {
                 let _ = sys::kill(Pid::from_raw(-1), sig);
             }
             Mode::Subreaper | Mode::Plain => {
-                for pid in &found {
+                for pid in found {
                     let _ = sys::kill(Pid::from_raw(*pid), sig);
                 }
             }
         }
-        found.len()
+    }
+
+    /// Processes still alive that drainit answers for, as /proc tells.
+    fn descendants(&self) -> Vec<i32> {
+        match self.proc_self {
+            Some(me) if self.children_left => procs::descendants(me),
+            _ => Vec::new(),
+        }
     }
 
     /// The worker's requested sleep; the file is removed once read.

@@ -123,6 +123,7 @@ impl Rewrite {
 /// Every signal blocked and readable from one close-on-exec signalfd.
 pub struct SignalSource {
     fd: SignalFd,
+    me: u32,
 }
 
 impl SignalSource {
@@ -134,7 +135,7 @@ impl SignalSource {
         let all = SigSet::all();
         sigprocmask(SigmaskHow::SIG_SETMASK, Some(&all), None)?;
         let fd = SignalFd::with_flags(&all, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)?;
-        Ok(SignalSource { fd })
+        Ok(SignalSource { fd, me: std::process::id() })
     }
 
     /// Sleep until a signal is pending or `timeout` passes (None: forever).
@@ -146,9 +147,17 @@ impl SignalSource {
         }
     }
 
-    /// The next pending signal, if any.
+    /// The next pending signal, if any. Signals drainit caused itself are
+    /// skipped: the kernel sends SIGPIPE, with drainit as the sender, when a
+    /// log line meets a closed stderr pipe, and forwarding (then logging) it
+    /// would raise the next one, forever.
     pub fn next(&self) -> nix::Result<Option<Signo>> {
-        Ok(self.fd.read_signal()?.map(|info| info.ssi_signo as Signo))
+        while let Some(info) = self.fd.read_signal()? {
+            if info.ssi_pid != self.me {
+                return Ok(Some(info.ssi_signo as Signo));
+            }
+        }
+        Ok(None)
     }
 
     /// Discard whatever of `sigs` is pending now (see tty.rs).

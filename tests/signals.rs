@@ -143,3 +143,30 @@ fn tstp_is_forwarded_and_drainit_never_stops() {
     run.signal(libc::SIGTERM);
     assert_eq!(run.wait(secs(10)).code, Some(128 + libc::SIGTERM));
 }
+
+#[test]
+fn a_closed_stderr_pipe_does_not_feed_drainit_its_own_sigpipe() {
+    // Each log line to a closed pipe makes the kernel send drainit SIGPIPE
+    // (from itself); forwarding and logging that would loop forever.
+    let mut fds = [0; 2];
+    // SAFETY: pipe with a valid two-int array.
+    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+    // SAFETY: fds[1] is a pipe end this test owns; Stdio takes it over.
+    let write_end = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fds[1]) };
+    // SAFETY: closing the read end this test owns.
+    unsafe { libc::close(fds[0]) };
+    let mut child = std::process::Command::new(BIN)
+        .args(["-v", "--", "sh", "-c", "sleep 0.3; exit 7"])
+        .stderr(std::process::Stdio::from(write_end))
+        .spawn()
+        .unwrap();
+    let mut status = None;
+    wait_until(secs(10), || {
+        status = child.try_wait().unwrap();
+        status.is_some()
+    });
+    if status.is_none() {
+        let _ = child.kill();
+    }
+    assert_eq!(status.and_then(|s| s.code()), Some(7));
+}
