@@ -8,7 +8,7 @@
 use std::ffi::{CString, OsString};
 use std::io::IsTerminal;
 use std::os::fd::{AsFd, OwnedFd};
-use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use nix::errno::Errno;
@@ -43,8 +43,7 @@ impl SpawnError {
 /// Everything needed to start an attempt, prepared once.
 pub struct Spawner {
     command: String,
-    argv: Vec<CString>,
-    base_env: Vec<CString>,
+    exec: ExecArgs,
     retry_after: PathBuf,
     take_tty: bool,
 }
@@ -59,19 +58,9 @@ impl Spawner {
             Some(path) if !path.is_empty() => PathBuf::from(path),
             _ => std::env::temp_dir().join(format!("drainit-{}.retry-after", std::process::id())),
         };
-        let base_env = std::env::vars_os()
-            .filter(|(key, _)| key != ATTEMPT_VAR && key != RETRY_AFTER_VAR)
-            .filter_map(|(key, value)| {
-                let mut pair = key.into_vec();
-                pair.push(b'=');
-                pair.extend(value.as_bytes());
-                CString::new(pair).ok()
-            })
-            .collect();
         Ok(Spawner {
             command: command.first().map(|c| c.to_string_lossy().into_owned()).unwrap_or_default(),
-            argv,
-            base_env,
+            exec: ExecArgs::new(argv),
             retry_after,
             take_tty,
         })
@@ -83,16 +72,12 @@ impl Spawner {
 
     /// Start attempt `attempt`; returns the worker's pid (= its pgid).
     pub fn spawn(&self, attempt: u32) -> Result<i32, SpawnError> {
-        let mut env = self.base_env.clone();
-        env.extend(CString::new(format!("{ATTEMPT_VAR}={attempt}")));
-        let mut retry = format!("{RETRY_AFTER_VAR}=").into_bytes();
-        retry.extend(self.retry_after.as_os_str().as_bytes());
-        env.extend(CString::new(retry));
-        let exec = ExecArgs::new(self.argv.clone(), env);
+        sys::set_env(ATTEMPT_VAR, attempt.to_string().as_ref());
+        sys::set_env(RETRY_AFTER_VAR, self.retry_after.as_os_str());
         let (report_rx, report_tx) = pipe2(OFlag::O_CLOEXEC).map_err(|errno| SpawnError::Fork { errno })?;
 
         match sys::fork().map_err(|errno| SpawnError::Fork { errno })? {
-            ForkResult::Child => child(&exec, &report_tx, self.take_tty),
+            ForkResult::Child => child(&self.exec, &report_tx, self.take_tty),
             ForkResult::Parent { child } => {
                 drop(report_tx);
                 match read_errno(&report_rx) {

@@ -18,32 +18,38 @@ pub fn fork() -> nix::Result<ForkResult> {
     unsafe { nix::unistd::fork() }
 }
 
-/// Argument and environment vectors for execvpe, built before fork so that the
-/// child allocates nothing (nix's execvpe collects its pointers into a Vec).
+/// The argument vector for execvp, built before fork so that the child
+/// allocates nothing (nix's execvp collects its pointers into a Vec).
 pub struct ExecArgs {
     _argv: Vec<CString>,
-    _envp: Vec<CString>,
     argv_ptrs: Vec<*const libc::c_char>,
-    envp_ptrs: Vec<*const libc::c_char>,
 }
 
 impl ExecArgs {
-    pub fn new(argv: Vec<CString>, envp: Vec<CString>) -> ExecArgs {
+    pub fn new(argv: Vec<CString>) -> ExecArgs {
         // The pointers point into the CStrings' heap buffers, which do not
         // move when the Vec holding the CStrings moves into the struct.
         let argv_ptrs = argv.iter().map(|a| a.as_ptr()).chain([ptr::null()]).collect();
-        let envp_ptrs = envp.iter().map(|e| e.as_ptr()).chain([ptr::null()]).collect();
-        ExecArgs { _argv: argv, _envp: envp, argv_ptrs, envp_ptrs }
+        ExecArgs { _argv: argv, argv_ptrs }
     }
 
-    /// execvpe(3): returns only on failure, with its errno. Async-signal-safe.
+    /// execvp(3) with drainit's environment: returns only on failure, with
+    /// its errno. Async-signal-safe.
     pub fn exec(&self) -> Errno {
-        // SAFETY: argv_ptrs and envp_ptrs are null-terminated arrays of
-        // pointers to NUL-terminated strings owned by self, alive for the
-        // whole call; argv has at least the program name (config checks it).
-        unsafe { libc::execvpe(self.argv_ptrs[0], self.argv_ptrs.as_ptr(), self.envp_ptrs.as_ptr()) };
+        // SAFETY: argv_ptrs is a null-terminated array of pointers to
+        // NUL-terminated strings owned by self, alive for the whole call; it
+        // holds at least the program name (config requires COMMAND).
+        unsafe { libc::execvp(self.argv_ptrs[0], self.argv_ptrs.as_ptr()) };
         Errno::last()
     }
+}
+
+/// Set a variable in drainit's own environment, which the worker inherits
+/// through execvp: no copy of the environment per attempt.
+pub fn set_env(key: &str, value: &std::ffi::OsStr) {
+    // SAFETY: setenv is unsound only against a concurrent reader in another
+    // thread; drainit never starts a thread.
+    unsafe { std::env::set_var(key, value) };
 }
 
 /// _exit(2): leave a forked child without running the parent's atexit
