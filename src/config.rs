@@ -225,18 +225,27 @@ pub fn parse<I: IntoIterator<Item = OsString>>(args: I) -> Result<Config, Stop> 
     })
 }
 
-/// humantime syntax, or a bare (decimal) number of seconds.
+/// The longest DURATION accepted: far beyond any orchestrator's window, and
+/// small enough that `now + duration` can never overflow a clock.
+const MAX_DURATION: Duration = Duration::from_secs(365 * 24 * 3600);
+
+/// humantime syntax, or a bare (decimal) number of seconds; at most a year.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let t = text.trim();
     let is_number = !t.is_empty() && t.chars().all(|c| c.is_ascii_digit() || c == '.') && t.matches('.').count() <= 1;
-    if is_number {
-        return t
-            .parse::<f64>()
+    let parsed = if is_number {
+        t.parse::<f64>()
             .ok()
             .and_then(|secs| Duration::try_from_secs_f64(secs).ok())
-            .ok_or_else(|| "not a number of seconds".to_string());
+            .ok_or_else(|| "not a number of seconds".to_string())?
+    } else {
+        humantime::parse_duration(t)
+            .map_err(|_| "not a duration (examples: 500ms, 8s, 1m30s; a bare number is seconds)".to_string())?
+    };
+    if parsed > MAX_DURATION {
+        return Err("longer than a year".to_string());
     }
-    humantime::parse_duration(t).map_err(|_| "not a duration (examples: 500ms, 8s, 1m30s; a bare number is seconds)".to_string())
+    Ok(parsed)
 }
 
 /// -v/-q beat DRAINIT_LOG, which beats the default `info`.
@@ -290,7 +299,7 @@ mod tests {
         for (text, want) in [("8", ms(8000)), ("0.5", ms(500)), ("500ms", ms(500)), ("1m30s", ms(90_000)), ("0", ms(0))] {
             assert_eq!(parse_duration(text), Ok(want), "{text}");
         }
-        for text in ["", "abc", "-1s", "-1", "1.2.3", "5 parsecs", "1e3"] {
+        for text in ["", "abc", "-1s", "-1", "1.2.3", "5 parsecs", "1e3", "366d", "10000000000000000000", "99999999999y"] {
             assert!(parse_duration(text).is_err(), "{text}");
         }
     }
