@@ -36,38 +36,38 @@ struct Cli {
     /// Time from the first stop signal (TERM, INT, QUIT) until drainit
     /// SIGKILLs whatever is left [default: orchestrator timeout minus 1s]
     #[arg(long, env = "DRAINIT_GRACE", value_name = "DURATION", allow_hyphen_values = true)]
-    grace: Option<String>,
+    grace: Option<OsString>,
 
     /// The orchestrator's own SIGTERM-to-SIGKILL window (docker stop 10s,
     /// Kubernetes 30s, ECS 30s, Nomad 5s); the grace must end at least 1s
     /// before it [default: 10s]
     #[arg(long, env = "DRAINIT_ORCHESTRATOR_TIMEOUT", value_name = "DURATION", allow_hyphen_values = true)]
-    orchestrator_timeout: Option<String>,
+    orchestrator_timeout: Option<OsString>,
 
     /// Forward signal FROM as TO (TERM:QUIT); TO 0 drops it. Names with or
     /// without SIG, or numbers. Repeatable; the variable is a comma list
     #[arg(long, env = "DRAINIT_REWRITE", value_name = "FROM:TO", action = ArgAction::Append, value_delimiter = ',')]
-    rewrite: Vec<String>,
+    rewrite: Vec<OsString>,
 
     /// Exit code by which the worker asks to be restarted later. Repeatable;
     /// the variable is a comma list [default: 75]
     #[arg(long = "backoff-exit-code", env = "DRAINIT_BACKOFF_EXIT_CODES", value_name = "CODE",
           action = ArgAction::Append, value_delimiter = ',', allow_hyphen_values = true)]
-    backoff_exit_codes: Vec<String>,
+    backoff_exit_codes: Vec<OsString>,
 
     /// Base of the first sleep before a restart; it doubles each time, and
     /// each sleep is drawn from [base/2, base] [default: 1s]
     #[arg(long, env = "DRAINIT_BACKOFF_DELAY", value_name = "DURATION", allow_hyphen_values = true)]
-    backoff_delay: Option<String>,
+    backoff_delay: Option<OsString>,
 
     /// Cap on one backoff sleep [default: 30s]
     #[arg(long, env = "DRAINIT_BACKOFF_MAX_DELAY", value_name = "DURATION", allow_hyphen_values = true)]
-    backoff_max_delay: Option<String>,
+    backoff_max_delay: Option<OsString>,
 
     /// How long, from the first backoff exit, drainit keeps restarting; set it
     /// above the worker's lease stale threshold plus the max delay [default: 2m]
     #[arg(long, env = "DRAINIT_BACKOFF_TIMEOUT", value_name = "DURATION", allow_hyphen_values = true)]
-    backoff_timeout: Option<String>,
+    backoff_timeout: Option<OsString>,
 
     /// More logging (-v debug, -vv trace); beats DRAINIT_LOG, an env_logger
     /// filter [default: info]. RUST_LOG is the worker's and is not read
@@ -81,6 +81,18 @@ struct Cli {
     /// The worker and its arguments, run with execvp semantics (PATH, no shell)
     #[arg(value_name = "COMMAND", required = true, num_args = 1.., trailing_var_arg = true)]
     command: Vec<OsString>,
+}
+
+/// The option values, checked to be UTF-8.
+struct Strings {
+    grace: Option<String>,
+    orchestrator_timeout: Option<String>,
+    rewrite: Vec<String>,
+    backoff_exit_codes: Vec<String>,
+    backoff_delay: Option<String>,
+    backoff_max_delay: Option<String>,
+    backoff_timeout: Option<String>,
+    log: Option<String>,
 }
 
 /// Everything drainit runs with.
@@ -129,13 +141,54 @@ pub fn parse<I: IntoIterator<Item = OsString>>(args: I) -> Result<Config, Stop> 
         return Err(Stop::Invalid(format!("{var} is set but empty; unset it or give it a value")));
     }
     let matches = Cli::command().try_get_matches_from(args).map_err(clap_error)?;
-    let cli = Cli::from_arg_matches(&matches).map_err(clap_error)?;
+    let raw = Cli::from_arg_matches(&matches).map_err(clap_error)?;
     // Name the value's origin in errors: the flag, or the variable.
     let origin = |id: &str, flag: &str, var: &str| -> String {
         match matches.value_source(id) {
             Some(ValueSource::EnvVariable) => var.to_string(),
             _ => flag.to_string(),
         }
+    };
+    // Values arrive as OsString so that one that is not UTF-8 is named.
+    let text = |value: OsString, id: &str, flag: &str, var: &str| -> Result<String, Stop> {
+        value.into_string().map_err(|bad| {
+            Stop::Invalid(format!("{} '{}': not valid UTF-8", origin(id, flag, var), bad.to_string_lossy()))
+        })
+    };
+    let one = |value: Option<OsString>, id: &str, flag: &str, var: &str| value.map(|v| text(v, id, flag, var)).transpose();
+    let many = |values: Vec<OsString>, id: &str, flag: &str, var: &str| -> Result<Vec<String>, Stop> {
+        values.into_iter().map(|v| text(v, id, flag, var)).collect()
+    };
+    let cli = Strings {
+        grace: one(raw.grace, "grace", "--grace", "DRAINIT_GRACE")?,
+        orchestrator_timeout: one(
+            raw.orchestrator_timeout,
+            "orchestrator_timeout",
+            "--orchestrator-timeout",
+            "DRAINIT_ORCHESTRATOR_TIMEOUT",
+        )?,
+        rewrite: many(raw.rewrite, "rewrite", "--rewrite", "DRAINIT_REWRITE")?,
+        backoff_exit_codes: many(
+            raw.backoff_exit_codes,
+            "backoff_exit_codes",
+            "--backoff-exit-code",
+            "DRAINIT_BACKOFF_EXIT_CODES",
+        )?,
+        backoff_delay: one(raw.backoff_delay, "backoff_delay", "--backoff-delay", "DRAINIT_BACKOFF_DELAY")?,
+        backoff_max_delay: one(
+            raw.backoff_max_delay,
+            "backoff_max_delay",
+            "--backoff-max-delay",
+            "DRAINIT_BACKOFF_MAX_DELAY",
+        )?,
+        backoff_timeout: one(raw.backoff_timeout, "backoff_timeout", "--backoff-timeout", "DRAINIT_BACKOFF_TIMEOUT")?,
+        log: match std::env::var_os("DRAINIT_LOG").map(OsString::into_string) {
+            None => None,
+            Some(Ok(filter)) => Some(filter),
+            Some(Err(bad)) => {
+                return Err(Stop::Invalid(format!("DRAINIT_LOG '{}': not valid UTF-8", bad.to_string_lossy())));
+            }
+        },
     };
     let duration = |value: &Option<String>, id: &str, flag: &str, var: &str, default: Duration| match value {
         None => Ok(default),
@@ -214,9 +267,9 @@ pub fn parse<I: IntoIterator<Item = OsString>>(args: I) -> Result<Config, Stop> 
         )));
     }
 
-    let log_filter = log_filter(cli.verbose, cli.quiet, std::env::var("DRAINIT_LOG").ok())?;
+    let log_filter = log_filter(raw.verbose, raw.quiet, cli.log)?;
     Ok(Config {
-        command: cli.command,
+        command: raw.command,
         grace,
         orchestrator_timeout,
         rewrite,

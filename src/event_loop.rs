@@ -6,6 +6,8 @@
 
 use std::collections::VecDeque;
 use std::fs;
+use std::io::Read;
+use std::os::unix::fs::OpenOptionsExt;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 
@@ -31,6 +33,11 @@ struct Edge {
     mode: Mode,
     /// The current (or last) worker's process group.
     group: Option<i32>,
+    /// Whether drainit has reaped the worker. Until then the worker's pid
+    /// (its group's id) cannot be reused, so `kill(-group)` is exact; after,
+    /// the number may name an unrelated group, and what is left of the
+    /// worker's is found in /proc instead.
+    leader_reaped: bool,
     /// Our pid as /proc names it, when /proc belongs to our PID namespace.
     proc_self: Option<i32>,
     /// Whether the last round of reaping left any child. Every process
@@ -53,7 +60,8 @@ pub fn run(config: Config, signals: SignalSource) -> i32 {
     };
     let policy = supervisor::Policy { grace: config.grace, rewrite: config.rewrite, backoff: config.backoff };
     let mut supervisor = Supervisor::new(policy, seed());
-    let mut edge = Edge { signals, spawner, mode, group: None, proc_self: proc_self(), children_left: true };
+    let mut edge =
+        Edge { signals, spawner, mode, group: None, leader_reaped: false, proc_self: proc_self(), children_left: true };
 
     let mut actions: VecDeque<Action> = supervisor.start().into();
     loop {
@@ -86,6 +94,7 @@ pub fn run(config: Config, signals: SignalSource) -> i32 {
         let left = reap::reap_pending(|pid, outcome| exited.push((pid, outcome)));
         edge.children_left = left;
         for (pid, outcome) in exited.iter().copied() {
+            edge.leader_reaped |= edge.group == Some(pid);
             actions.extend(supervisor.reaped(pid, outcome, now));
             if let Some(code) = edge.carry_out(&mut supervisor, &mut actions) {
                 return code;
@@ -109,6 +118,7 @@ impl Edge {
                     match self.spawner.spawn(attempt) {
                         Ok(pid) => {
                             self.group = Some(pid);
+                            self.leader_reaped = false;
                             self.children_left = true;
                             actions.extend(supervisor.spawned(pid));
                         }
@@ -140,19 +150,31 @@ impl Edge {
     }
 
     fn forward(&self, sig: Signo) {
-        if let Some(group) = self.group {
-            // ESRCH: the group is gone already, which is fine.
-            if sys::kill(Pid::from_raw(-group), sig).is_ok() {
-                Event::Forwarded { signal: sig }.emit();
-            }
+        if self.signal_group(sig) {
+            Event::Forwarded { signal: sig }.emit();
         }
+    }
+
+    /// Signal what is alive of the worker's process group; whether anything was.
+    fn signal_group(&self, sig: Signo) -> bool {
+        let Some(group) = self.group else { return false };
+        if !self.leader_reaped {
+            // ESRCH: the group is gone already, which is fine.
+            return sys::kill(Pid::from_raw(-group), sig).is_ok();
+        }
+        let members: Vec<i32> = self.descendants().into_iter().filter(|pid| procs::group_of(*pid) == Some(group)).collect();
+        for pid in &members {
+            let _ = sys::kill(Pid::from_raw(*pid), sig);
+        }
+        !members.is_empty()
     }
 
     /// The worker's group, and everything else drainit answers for: the
     /// whole namespace as PID 1 (`kill(-1)`), the `found` descendants (even
-    /// those that left the group with setsid) otherwise.
+    /// those that left the group with setsid) otherwise, the group's members
+    /// among them.
     fn signal_all(&self, sig: Signo, found: &[i32]) {
-        if let Some(group) = self.group {
+        if let (Some(group), false) = (self.group, self.leader_reaped) {
             let _ = sys::kill(Pid::from_raw(-group), sig);
         }
         match self.mode {
@@ -178,13 +200,12 @@ impl Edge {
     /// The worker's requested sleep; the file is removed once read.
     fn read_retry_after(&self) -> Option<std::time::Duration> {
         let path = self.spawner.retry_after_file();
-        let text = match fs::read_to_string(path) {
-            Ok(text) => text,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
-            Err(e) => {
-                // The same errno wording as every other line (nix's table).
-                let error = e.raw_os_error().map_or("unreadable", |n| Errno::from_raw(n).desc()).to_string();
+        let text = match read_small(path) {
+            Ok(Some(text)) => text,
+            Ok(None) => return None,
+            Err(error) => {
                 Event::RetryAfterInvalid { path: path.display().to_string(), error }.emit();
+                let _ = fs::remove_file(path);
                 return None;
             }
         };
@@ -198,6 +219,37 @@ impl Edge {
             }
         }
     }
+}
+
+/// The retry-after file's text: None when it does not exist. The worker
+/// controls the path, so drainit reads only a regular file, never blocks on
+/// it (a FIFO), and never reads more than a duration needs (a link to
+/// /dev/zero, a huge file).
+fn read_small(path: &std::path::Path) -> Result<Option<String>, String> {
+    const LIMIT: usize = 64;
+    let file = fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(path);
+    let mut file = match file {
+        Ok(file) => file,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e.raw_os_error().map_or("unreadable", |n| Errno::from_raw(n).desc()).to_string()),
+    };
+    if !file.metadata().is_ok_and(|m| m.is_file()) {
+        return Err("not a regular file; using the normal delay".to_string());
+    }
+    let mut buf = [0u8; LIMIT + 1];
+    let mut len = 0;
+    while len < buf.len() {
+        match file.read(&mut buf[len..]) {
+            Ok(0) => break,
+            Ok(n) => len += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => return Err("unreadable; using the normal delay".to_string()),
+        }
+    }
+    if len > LIMIT {
+        return Err(format!("longer than {LIMIT} bytes; using the normal delay"));
+    }
+    Ok(Some(String::from_utf8_lossy(&buf[..len]).into_owned()))
 }
 
 /// Our pid in /proc's numbering, or None when /proc is another namespace's

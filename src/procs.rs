@@ -58,12 +58,22 @@ fn by_parent_links(root: i32) -> Vec<i32> {
     found
 }
 
+/// The process group of `pid`, from /proc/PID/stat.
+pub fn group_of(pid: i32) -> Option<i32> {
+    stat_field(pid, 2)
+}
+
 /// The parent pid from /proc/PID/stat ("pid (comm) state ppid ..."); comm
 /// may hold spaces and parentheses, so read after the last ')'.
 fn parent(pid: i32) -> Option<i32> {
+    stat_field(pid, 1)
+}
+
+/// Field `n` after the command name: 0 state, 1 ppid, 2 pgrp, 3 session.
+fn stat_field(pid: i32, n: usize) -> Option<i32> {
     let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     let after = &stat[stat.rfind(')')? + 1..];
-    after.split_whitespace().nth(1)?.parse().ok()
+    after.split_whitespace().nth(n)?.parse().ok()
 }
 
 #[cfg(test)]
