@@ -27,6 +27,8 @@ use crate::tty;
 /// drainit's own failure (fork, signal setup): the contract's 125.
 pub const FAILED: i32 = 125;
 
+const SIGNALS_PER_TURN: usize = 64;
+
 struct Edge {
     signals: SignalSource,
     spawner: Spawner,
@@ -74,34 +76,45 @@ pub fn run(config: Config, signals: SignalSource) -> i32 {
             return FAILED;
         }
         let now = Instant::now();
-        loop {
-            match edge.signals.next() {
-                Ok(Some(SIGCHLD)) => {}
-                Ok(Some(sig)) => {
-                    actions.extend(supervisor.signal(sig, now));
-                    if let Some(code) = edge.carry_out(&mut supervisor, &mut actions) {
-                        return code;
-                    }
-                }
-                Ok(None) => break,
-                Err(e) => {
-                    Event::Failed { what: "signalfd", error: e.desc().to_string() }.emit();
-                    return FAILED;
-                }
+        let mut child_changed = false;
+        // At most a batch per turn, so that senders that never stop cannot
+        // keep this loop from reaping and from the deadline.
+        let (mut batch, mut count) = ([0; SIGNALS_PER_TURN], 0);
+        let drained = edge.signals.drain(SIGNALS_PER_TURN, |sig| {
+            if let Some(slot) = batch.get_mut(count) {
+                *slot = sig;
+                count += 1;
             }
+        });
+        if let Err(e) = drained {
+            Event::Failed { what: "signalfd", error: e.desc().to_string() }.emit();
+            return FAILED;
         }
-        let mut exited = Vec::new();
-        let left = reap::reap_pending(|pid, outcome| exited.push((pid, outcome)));
-        edge.children_left = left;
-        for (pid, outcome) in exited.iter().copied() {
-            edge.leader_reaped |= edge.group == Some(pid);
-            actions.extend(supervisor.reaped(pid, outcome, now));
+        for &sig in &batch[..count] {
+            if sig == SIGCHLD {
+                child_changed = true;
+                continue;
+            }
+            actions.extend(supervisor.signal(sig, now));
             if let Some(code) = edge.carry_out(&mut supervisor, &mut actions) {
                 return code;
             }
         }
-        if !exited.is_empty() || !left {
-            actions.extend(supervisor.children(left, now));
+        // No SIGCHLD, no child changed: a forwarded signal costs no waitpid.
+        if child_changed {
+            let mut exited = Vec::new();
+            let left = reap::reap_pending(|pid, outcome| exited.push((pid, outcome)));
+            edge.children_left = left;
+            for (pid, outcome) in exited.iter().copied() {
+                edge.leader_reaped |= edge.group == Some(pid);
+                actions.extend(supervisor.reaped(pid, outcome, now));
+                if let Some(code) = edge.carry_out(&mut supervisor, &mut actions) {
+                    return code;
+                }
+            }
+            if !exited.is_empty() || !left {
+                actions.extend(supervisor.children(left, now));
+            }
         }
         actions.extend(supervisor.timer(now));
     }

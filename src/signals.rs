@@ -147,17 +147,45 @@ impl SignalSource {
         }
     }
 
-    /// The next pending signal, if any. Signals drainit caused itself are
-    /// skipped: the kernel sends SIGPIPE, with drainit as the sender, when a
-    /// log line meets a closed stderr pipe, and forwarding (then logging) it
-    /// would raise the next one, forever.
-    pub fn next(&self) -> nix::Result<Option<Signo>> {
-        while let Some(info) = self.fd.read_signal()? {
+    /// Read what is pending, at most `max` signals, calling `each` for every
+    /// one. The kernel hands out the lowest-numbered pending signal first, so
+    /// a sender that re-raises SIGHUP faster than drainit reads would starve
+    /// every higher number (SIGCHLD and SIGTERM among them): once a kind
+    /// comes twice in one call, the signalfd stops taking the kinds already
+    /// taken until the call ends. Signals drainit caused itself are skipped:
+    /// the kernel sends SIGPIPE, with drainit as the sender, when a log line
+    /// meets a closed stderr pipe, and forwarding (then logging) it would
+    /// raise the next one, forever.
+    pub fn drain(&self, max: usize, mut each: impl FnMut(Signo)) -> nix::Result<()> {
+        let mut taken: u64 = 0; // bit signo - 1
+        let mut narrowed = false;
+        let mut outcome = Ok(());
+        for _ in 0..max {
+            let info = match self.fd.read_signal() {
+                Ok(Some(info)) => info,
+                Ok(None) => break,
+                Err(e) => {
+                    outcome = Err(e);
+                    break;
+                }
+            };
+            let sig = info.ssi_signo as Signo;
+            let bit = 1u64.checked_shl(info.ssi_signo.saturating_sub(1)).unwrap_or(0);
+            narrowed |= taken & bit != 0;
+            taken |= bit;
+            if narrowed {
+                // Real-time signals queue: the instances left behind wait for
+                // the next call, none is lost.
+                outcome = outcome.and(self.fd.set_mask(&sys::all_signals_but(taken)));
+            }
             if info.ssi_pid != self.me {
-                return Ok(Some(info.ssi_signo as Signo));
+                each(sig);
             }
         }
-        Ok(None)
+        if narrowed {
+            outcome = outcome.and(self.fd.set_mask(&SigSet::all()));
+        }
+        outcome
     }
 
     /// Discard whatever of `sigs` is pending now (see tty.rs).

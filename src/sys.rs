@@ -118,6 +118,21 @@ pub fn reset_signal_dispositions() {
     }
 }
 
+/// Every signal except those whose bit (1 << (signo - 1)) is set in
+/// `taken`. nix's SigSet can only remove the standard signals it names.
+pub fn all_signals_but(taken: u64) -> nix::sys::signal::SigSet {
+    let mut set = *nix::sys::signal::SigSet::all().as_ref();
+    for signo in 1..=sigrtmax().min(64) {
+        if taken & (1 << (signo - 1)) != 0 {
+            // SAFETY: set is an initialized sigset_t owned here; a number
+            // out of range is EINVAL, nothing more.
+            unsafe { libc::sigdelset(&mut set, signo) };
+        }
+    }
+    // SAFETY: set came from sigfillset and was changed only by sigdelset.
+    unsafe { nix::sys::signal::SigSet::from_sigset_t_unchecked(set) }
+}
+
 /// TIOCSCTTY: make the terminal on `fd` the controlling terminal of the
 /// calling session leader, without stealing it from another session.
 pub fn set_controlling_tty(fd: BorrowedFd<'_>) -> nix::Result<()> {
