@@ -8,7 +8,7 @@ use std::collections::VecDeque;
 use std::fs;
 use std::io::Read;
 use std::os::unix::fs::OpenOptionsExt;
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 
 use nix::errno::Errno;
@@ -17,7 +17,7 @@ use nix::unistd::Pid;
 use crate::config::{self, Config};
 use crate::events::Event;
 use crate::procs;
-use crate::reap::{self, Mode};
+use crate::reap::{self, Left, Mode};
 use crate::signals::{SIGCHLD, SIGKILL, SignalSource, Signo};
 use crate::spawn::Spawner;
 use crate::supervisor::{self, Action, Supervisor};
@@ -28,6 +28,7 @@ use crate::tty;
 pub const FAILED: i32 = 125;
 
 const SIGNALS_PER_TURN: usize = 64;
+const REAPED_PER_TURN: usize = 1024;
 
 struct Edge {
     signals: SignalSource,
@@ -46,6 +47,9 @@ struct Edge {
     /// drainit answers for outside the group is a descendant, and a live
     /// descendant means a live child: with none, /proc need not be read.
     children_left: bool,
+    /// A SIGCHLD came, or the last round of reaping stopped at its limit:
+    /// reap (at once, in the second case).
+    reap_again: bool,
 }
 
 /// Run the worker to the end; returns drainit's exit code.
@@ -63,24 +67,61 @@ pub fn run(config: Config, signals: SignalSource) -> i32 {
     let policy = supervisor::Policy { grace: config.grace, rewrite: config.rewrite, backoff: config.backoff };
     let mut supervisor = Supervisor::new(policy, seed());
     let mut edge =
-        Edge { signals, spawner, mode, group: None, leader_reaped: false, proc_self: proc_self(), children_left: true };
+        Edge {
+        signals,
+        spawner,
+        mode,
+        group: None,
+        leader_reaped: false,
+        proc_self: proc_self(),
+        children_left: true,
+        reap_again: false,
+    };
 
-    let mut actions: VecDeque<Action> = supervisor.start().into();
-    loop {
-        if let Some(code) = edge.carry_out(&mut supervisor, &mut actions) {
-            return code;
+    match edge.run(&mut supervisor) {
+        Err(code) => code,
+        Ok(never) => match never {},
+    }
+}
+
+/// The event loop's ways out: drainit's exit code.
+type Exit = Result<(), i32>;
+
+impl Edge {
+    /// The loop: one blocking wait per turn, then signals, then exits, then
+    /// the clock. Ends only with drainit's exit code.
+    fn run(&mut self, supervisor: &mut Supervisor) -> Result<std::convert::Infallible, i32> {
+        let mut actions: VecDeque<Action> = supervisor.start().into();
+        loop {
+            self.carry_out(supervisor, &mut actions)?;
+            self.wait(supervisor)?;
+            let now = Instant::now();
+            self.take_signals(supervisor, &mut actions, now)?;
+            self.take_exits(supervisor, &mut actions, now)?;
+            actions.extend(supervisor.timer(now));
         }
-        let timeout = supervisor.next_deadline().map(|at| at.saturating_duration_since(Instant::now()));
-        if let Err(e) = edge.signals.wait(timeout) {
+    }
+
+    /// Block until a signal is pending or the nearest deadline; with no
+    /// deadline, for as long as it takes (idle costs no wakeup).
+    fn wait(&self, supervisor: &Supervisor) -> Exit {
+        let timeout = if self.reap_again {
+            Some(Duration::ZERO)
+        } else {
+            supervisor.next_deadline().map(|at| at.saturating_duration_since(Instant::now()))
+        };
+        self.signals.wait(timeout).map_err(|e| {
             Event::Failed { what: "ppoll", error: e.desc().to_string() }.emit();
-            return FAILED;
-        }
-        let now = Instant::now();
-        let mut child_changed = false;
-        // At most a batch per turn, so that senders that never stop cannot
-        // keep this loop from reaping and from the deadline.
+            FAILED
+        })
+    }
+
+    /// Hand the pending signals to the supervisor, a batch at most, so that
+    /// senders that never stop cannot keep the loop from reaping and from the
+    /// deadline. SIGCHLD only marks that children changed.
+    fn take_signals(&mut self, supervisor: &mut Supervisor, actions: &mut VecDeque<Action>, now: Instant) -> Exit {
         let (mut batch, mut count) = ([0; SIGNALS_PER_TURN], 0);
-        let drained = edge.signals.drain(SIGNALS_PER_TURN, |sig| {
+        let drained = self.signals.drain(SIGNALS_PER_TURN, |sig| {
             if let Some(slot) = batch.get_mut(count) {
                 *slot = sig;
                 count += 1;
@@ -88,42 +129,43 @@ pub fn run(config: Config, signals: SignalSource) -> i32 {
         });
         if let Err(e) = drained {
             Event::Failed { what: "signalfd", error: e.desc().to_string() }.emit();
-            return FAILED;
+            return Err(FAILED);
         }
         for &sig in &batch[..count] {
             if sig == SIGCHLD {
-                child_changed = true;
+                self.reap_again = true;
                 continue;
             }
             actions.extend(supervisor.signal(sig, now));
-            if let Some(code) = edge.carry_out(&mut supervisor, &mut actions) {
-                return code;
-            }
+            self.carry_out(supervisor, actions)?;
         }
-        // No SIGCHLD, no child changed: a forwarded signal costs no waitpid.
-        if child_changed {
-            let mut exited = Vec::new();
-            let left = reap::reap_pending(|pid, outcome| exited.push((pid, outcome)));
-            edge.children_left = left;
-            for (pid, outcome) in exited.iter().copied() {
-                edge.leader_reaped |= edge.group == Some(pid);
-                actions.extend(supervisor.reaped(pid, outcome, now));
-                if let Some(code) = edge.carry_out(&mut supervisor, &mut actions) {
-                    return code;
-                }
-            }
-            if !exited.is_empty() || !left {
-                actions.extend(supervisor.children(left, now));
-            }
-        }
-        actions.extend(supervisor.timer(now));
+        Ok(())
     }
-}
 
-impl Edge {
+    /// Reap what has exited (a batch at most, for the same reason) and tell
+    /// the supervisor. A turn without SIGCHLD costs no waitpid.
+    fn take_exits(&mut self, supervisor: &mut Supervisor, actions: &mut VecDeque<Action>, now: Instant) -> Exit {
+        if !std::mem::take(&mut self.reap_again) {
+            return Ok(());
+        }
+        let mut exited = Vec::new();
+        let left = reap::reap_pending(REAPED_PER_TURN, |pid, outcome| exited.push((pid, outcome)));
+        self.reap_again = left == Left::More;
+        self.children_left = left != Left::Nothing;
+        for (pid, outcome) in exited.iter().copied() {
+            self.leader_reaped |= self.group == Some(pid);
+            actions.extend(supervisor.reaped(pid, outcome, now));
+            self.carry_out(supervisor, actions)?;
+        }
+        if !exited.is_empty() || !self.children_left {
+            actions.extend(supervisor.children(self.children_left, now));
+        }
+        Ok(())
+    }
+
     /// Carry out actions in order (some feed answers back to the
-    /// supervisor, which may queue more). Returns the exit code on Exit.
-    fn carry_out(&mut self, supervisor: &mut Supervisor, actions: &mut VecDeque<Action>) -> Option<i32> {
+    /// supervisor, which may queue more). Err: drainit exits with that code.
+    fn carry_out(&mut self, supervisor: &mut Supervisor, actions: &mut VecDeque<Action>) -> Exit {
         while let Some(action) = actions.pop_front() {
             match action {
                 Action::Spawn { attempt } => {
@@ -143,23 +185,21 @@ impl Edge {
                 }
                 Action::Forward(sig) => self.forward(sig),
                 Action::SignalAll(sig) => {
-                    let found = if self.mode == Mode::Pid1 { Vec::new() } else { self.descendants() };
-                    self.signal_all(sig, &found);
+                    self.signal_all(sig, false);
                 }
                 Action::Deadline => {
-                    let found = self.descendants();
-                    self.signal_all(SIGKILL, &found);
-                    Event::DeadlineReached { remaining: found.len() }.emit();
+                    let remaining = self.signal_all(SIGKILL, true);
+                    Event::DeadlineReached { remaining }.emit();
                 }
                 Action::ReadRetryAfter => supervisor.retry_after(self.read_retry_after()),
                 Action::Log(event) => event.emit(),
                 Action::Exit(code) => {
                     let _ = fs::remove_file(self.spawner.retry_after_file());
-                    return Some(code);
+                    return Err(code);
                 }
             }
         }
-        None
+        Ok(())
     }
 
     fn forward(&self, sig: Signo) {
@@ -183,23 +223,27 @@ impl Edge {
     }
 
     /// The worker's group, and everything else drainit answers for: the
-    /// whole namespace as PID 1 (`kill(-1)`), the `found` descendants (even
-    /// those that left the group with setsid) otherwise, the group's members
-    /// among them.
-    fn signal_all(&self, sig: Signo, found: &[i32]) {
+    /// whole namespace as PID 1 (`kill(-1)`), every descendant otherwise
+    /// (even one that left the group with setsid), signalled as the walk
+    /// through /proc finds it. The signals that fork cannot outrun go first.
+    /// Returns how many processes that was, when `count`.
+    fn signal_all(&self, sig: Signo, count: bool) -> usize {
         if let (Some(group), false) = (self.group, self.leader_reaped) {
             let _ = sys::kill(Pid::from_raw(-group), sig);
         }
-        match self.mode {
-            Mode::Pid1 => {
-                let _ = sys::kill(Pid::from_raw(-1), sig);
-            }
-            Mode::Subreaper | Mode::Plain => {
-                for pid in found {
-                    let _ = sys::kill(Pid::from_raw(*pid), sig);
-                }
-            }
+        if self.mode == Mode::Pid1 {
+            let _ = sys::kill(Pid::from_raw(-1), sig);
         }
+        let (Some(me), true) = (self.proc_self, self.children_left) else { return 0 };
+        if self.mode == Mode::Pid1 {
+            return if count { procs::others() } else { 0 };
+        }
+        let mut found = 0;
+        procs::walk(me, |pid| {
+            found += 1;
+            let _ = sys::kill(Pid::from_raw(pid), sig);
+        });
+        found
     }
 
     /// Processes still alive that drainit answers for, as /proc tells.

@@ -8,21 +8,44 @@ use std::fs;
 /// while it reads), which is why the deadline kill repeats after each round
 /// of reaping.
 pub fn descendants(root: i32) -> Vec<i32> {
-    let mut found = vec![root];
+    let mut found = Vec::new();
+    walk(root, |pid| found.push(pid));
+    found
+}
+
+/// How many processes /proc lists besides drainit: as PID 1 with the
+/// namespace's own /proc, every one of them is a descendant. One directory
+/// read, no file per process: cheap enough to count a fork bomb.
+pub fn others() -> usize {
+    fs::read_dir("/proc").map_or(0, |dir| {
+        dir.filter(|e| e.as_ref().is_ok_and(|e| e.file_name().to_str().is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit()))))
+            .count()
+            .saturating_sub(1)
+    })
+}
+
+/// Call `visit` on each descendant of `root` as soon as it is found, before
+/// its own children are read: a visit that SIGKILLs stops a process from
+/// forking more while the walk goes on, so a fork bomb cannot outrun it.
+pub fn walk(root: i32, mut visit: impl FnMut(i32)) {
+    let mut queue = vec![root];
     let mut next = 0;
-    while next < found.len() {
-        let parent = found[next];
+    while next < queue.len() {
+        let parent = queue[next];
         match children(parent) {
-            Some(kids) => found.extend(kids),
+            Some(kids) => {
+                for kid in kids {
+                    visit(kid);
+                    queue.push(kid);
+                }
+            }
             // No /proc/PID/task/TID/children (CONFIG_PROC_CHILDREN off):
             // fall back to reading every process's parent link.
-            None if parent == root => return by_parent_links(root),
+            None if parent == root => return by_parent_links(root).into_iter().for_each(visit),
             None => {}
         }
         next += 1;
     }
-    found.remove(0);
-    found
 }
 
 /// The children of `pid`, from each of its threads' `children` file. None

@@ -45,21 +45,34 @@ pub fn setup() -> Mode {
     }
 }
 
-/// Reap every child that has exited, calling `on_exit` for each. Returns
-/// whether any child is left (exited or not); never blocks.
-pub fn reap_pending(mut on_exit: impl FnMut(i32, Outcome)) -> bool {
-    loop {
+/// What a round of reaping left.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Left {
+    /// No child at all.
+    Nothing,
+    /// Children that have not exited.
+    Running,
+    /// The round stopped at its limit with exited children still waiting.
+    More,
+}
+
+/// Reap up to `max` exited children, calling `on_exit` for each; never
+/// blocks. The limit keeps a stream of exiting orphans (a fork bomb as PID
+/// 1) from holding the event loop away from its deadline.
+pub fn reap_pending(max: usize, mut on_exit: impl FnMut(i32, Outcome)) -> Left {
+    for _ in 0..max {
         match sys::wait_any_nohang() {
             Ok(Some(w)) => on_exit(w.pid.as_raw(), Outcome::from_wait_status(w.status)),
-            Ok(None) => return true,
-            Err(Errno::ECHILD) => return false,
-            Err(Errno::EINTR) => continue,
+            Ok(None) => return Left::Running,
+            Err(Errno::ECHILD) => return Left::Nothing,
+            Err(Errno::EINTR) => {}
             Err(e) => {
                 // Not expected from waitpid(-1, WNOHANG); say so, assume
                 // children remain (the next SIGCHLD retries).
                 Event::Failed { what: "waitpid", error: e.desc().to_string() }.emit();
-                return true;
+                return Left::Running;
             }
         }
     }
+    Left::More
 }

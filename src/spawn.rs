@@ -26,7 +26,8 @@ pub const RETRY_AFTER_VAR: &str = "DRAINIT_RETRY_AFTER_FILE";
 #[derive(Debug)]
 pub enum SpawnError {
     Exec { errno: Errno },
-    Fork { errno: Errno },
+    /// drainit's own step failed: "fork", or "pipe" for the exec report.
+    Setup { what: &'static str, errno: Errno },
 }
 
 impl SpawnError {
@@ -35,7 +36,7 @@ impl SpawnError {
         match self {
             SpawnError::Exec { errno: Errno::ENOENT | Errno::ENOTDIR } => 127,
             SpawnError::Exec { .. } => 126,
-            SpawnError::Fork { .. } => 125,
+            SpawnError::Setup { .. } => 125,
         }
     }
 }
@@ -74,9 +75,9 @@ impl Spawner {
     pub fn spawn(&self, attempt: u32) -> Result<i32, SpawnError> {
         sys::set_env(ATTEMPT_VAR, attempt.to_string().as_ref());
         sys::set_env(RETRY_AFTER_VAR, self.retry_after.as_os_str());
-        let (report_rx, report_tx) = pipe2(OFlag::O_CLOEXEC).map_err(|errno| SpawnError::Fork { errno })?;
+        let (report_rx, report_tx) = pipe2(OFlag::O_CLOEXEC).map_err(|errno| SpawnError::Setup { what: "pipe", errno })?;
 
-        match sys::fork().map_err(|errno| SpawnError::Fork { errno })? {
+        match sys::fork().map_err(|errno| SpawnError::Setup { what: "fork", errno })? {
             ForkResult::Child => child(&self.exec, &report_tx, self.take_tty),
             ForkResult::Parent { child } => {
                 drop(report_tx);
@@ -98,7 +99,13 @@ impl Spawner {
             SpawnError::Exec { errno } => {
                 Event::ExecFailed { command: self.command.clone(), error: errno.desc().to_string(), code: err.code() }
             }
-            SpawnError::Fork { errno } => Event::Failed { what: "fork", error: errno.desc().to_string() },
+            SpawnError::Setup { what, errno } => {
+                let error = match (*what, errno) {
+                    ("fork", Errno::EAGAIN) => "the process limit is reached (RLIMIT_NPROC or pid_max)".to_string(),
+                    _ => errno.desc().to_string(),
+                };
+                Event::Failed { what, error }
+            }
         }
     }
 }

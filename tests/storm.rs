@@ -1,0 +1,370 @@
+//! Storms: drainit under 10,000 signals sent at once from several threads, and
+//! under 100,000 orphans to reap. It stays up, the worker sees at least one of
+//! every kind sent, the deadline holds while the storm goes on, every orphan is
+//! reaped, and drainit's memory does not grow.
+//!
+//! DRAINIT_LONG=1: 200,000 signals in the first storm, 500,000 orphans in
+//! both modes (the storm through the deadline lasts until drainit exits).
+//! Measurements go to stderr (`cargo test --test storm -- --nocapture`).
+
+mod common;
+mod robust;
+use common::*;
+use robust::*;
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::thread;
+use std::time::{Duration, Instant};
+
+const SIGREC: &str = include_str!("robust/sigrec.c");
+const ORPHANS: &str = include_str!("robust/orphans.c");
+
+const STOPS: [i32; 3] = [libc::SIGTERM, libc::SIGINT, libc::SIGQUIT];
+
+/// Every catchable signal but the stop signals, SIGCHLD, and the two
+/// real-time signals glibc keeps for itself (a C worker cannot catch them).
+fn plain_kinds() -> Vec<i32> {
+    (1..=libc::SIGRTMAX())
+        .filter(|&s| !matches!(s, libc::SIGKILL | libc::SIGSTOP | libc::SIGCHLD) && !STOPS.contains(&s))
+        .filter(|s| !(32..libc::SIGRTMIN()).contains(s))
+        .collect()
+}
+
+struct Storm {
+    /// Signals the kernel accepted.
+    sent: u64,
+    /// Sends refused (EAGAIN: the real-time queue was full).
+    refused: u64,
+    /// Kinds sent at least once.
+    kinds: Vec<i32>,
+    took: Duration,
+    /// When the first stop signal was accepted.
+    first_stop: Option<Instant>,
+    /// When drainit exited (its pidfd turned readable), if it did.
+    gone: Option<Instant>,
+}
+
+/// `threads` senders share `total` sends of `kinds`, interleaved so that every
+/// kind goes out within the first few sends; every 97th send is a SIGCHLD as
+/// noise (drainit must not forward it). `past_total`: keep going until drainit
+/// exits (at most 2s), to storm straight through a deadline.
+fn storm(pidfd: &Arc<Pidfd>, kinds: &[i32], total: u64, threads: u64, past_total: bool) -> Storm {
+    let next = Arc::new(AtomicU64::new(0));
+    let accepted = Arc::new(AtomicU64::new(0));
+    let refused = Arc::new(AtomicU64::new(0));
+    let sent_kind: Arc<Vec<AtomicBool>> = Arc::new((0..65).map(|_| AtomicBool::new(false)).collect());
+    let first_stop: Arc<OnceLock<Instant>> = Arc::new(OnceLock::new());
+    let gone: Arc<OnceLock<Instant>> = Arc::new(OnceLock::new());
+    let kinds: Arc<Vec<i32>> = Arc::new(kinds.to_vec());
+    let start = Instant::now();
+    // A watcher notes the moment drainit exits and stops the senders: a
+    // signal to a zombie still succeeds, so the senders cannot tell.
+    let stop = Arc::new(AtomicBool::new(false));
+    let watcher = {
+        let (stop, gone, pidfd) = (Arc::clone(&stop), Arc::clone(&gone), Arc::clone(pidfd));
+        thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                if pidfd.exits_within(5) {
+                    gone.get_or_init(Instant::now);
+                    stop.store(true, Ordering::Relaxed);
+                }
+            }
+        })
+    };
+    let senders: Vec<_> = (0..threads)
+        .map(|_| {
+            let (next, accepted, refused, sent_kind, first_stop, gone, kinds, pidfd, stop) = (
+                Arc::clone(&next),
+                Arc::clone(&accepted),
+                Arc::clone(&refused),
+                Arc::clone(&sent_kind),
+                Arc::clone(&first_stop),
+                Arc::clone(&gone),
+                Arc::clone(&kinds),
+                Arc::clone(pidfd),
+                Arc::clone(&stop),
+            );
+            thread::spawn(move || loop {
+                if stop.load(Ordering::Relaxed) {
+                    return;
+                }
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= total && (!past_total || start.elapsed() > secs(2)) {
+                    return;
+                }
+                let sig = if i % 97 == 96 { libc::SIGCHLD } else { kinds[(i as usize) % kinds.len()] };
+                match pidfd.send(sig) {
+                    Ok(()) => {
+                        accepted.fetch_add(1, Ordering::Relaxed);
+                        sent_kind[sig as usize].store(true, Ordering::Relaxed);
+                        if STOPS.contains(&sig) {
+                            first_stop.get_or_init(Instant::now);
+                        }
+                    }
+                    Err(libc::ESRCH) => {
+                        gone.get_or_init(Instant::now);
+                        return;
+                    }
+                    Err(_) => {
+                        refused.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            })
+        })
+        .collect();
+    for s in senders {
+        s.join().unwrap();
+    }
+    let took = start.elapsed();
+    stop.store(true, Ordering::Relaxed);
+    watcher.join().unwrap();
+    let refused = refused.load(Ordering::Relaxed);
+    Storm {
+        sent: accepted.load(Ordering::Relaxed),
+        refused,
+        kinds: (1..65).filter(|&k| sent_kind[k as usize].load(Ordering::Relaxed)).collect(),
+        took,
+        first_stop: first_stop.get().copied(),
+        gone: gone.get().copied(),
+    }
+}
+
+/// The signal numbers the recorder has seen so far.
+fn seen(dir: &Scratch) -> Vec<i32> {
+    dir.lines("seen").iter().filter_map(|l| l.trim().parse().ok()).collect()
+}
+
+fn storm_size() -> u64 {
+    if long_mode() { 200_000 } else { 10_000 }
+}
+
+#[test]
+fn signal_storm_without_stop_signals_then_a_final_sigterm() {
+    let _heavy = heavy();
+    let recorder = c_helper("sigrec", SIGREC);
+    for mode in MODES {
+        let dir = Scratch::new("storm");
+        let (out, ready) = (path_str(&dir.path("seen")), path_str(&dir.path("ready")));
+        let args = ["--grace", "3s", "--orchestrator-timeout", "4s", "--", &path_str(&recorder), &out, &ready, "exit"];
+        let mut run = drainit(mode, args).spawn();
+        assert!(wait_until(secs(10), || dir.exists("ready")), "{mode:?}: worker not ready; {}", run.log());
+        let pidfd = Arc::new(Pidfd::open(run.pid));
+        let before = memory_kib(run.pid);
+
+        let kinds = plain_kinds();
+        let s = storm(&pidfd, &kinds, storm_size(), 4, false);
+        assert!(s.gone.is_none() && !pidfd.exited(), "{mode:?}: drainit died in the storm; log:\n{}", run.log());
+        let unsent: Vec<i32> = kinds.iter().copied().chain([libc::SIGCHLD]).filter(|k| !s.kinds.contains(k)).collect();
+        assert!(unsent.is_empty(), "{mode:?}: kinds never accepted by the kernel: {unsent:?} ({} refused)", s.refused);
+        // The kernel drops a pending SIGCONT when a stop signal (TSTP, TTIN,
+        // TTOU) arrives after it, at drainit and at the worker alike
+        // (signal(7)); in an interleaved storm SIGCONT may vanish that way.
+        // It must still get through once the storm is over.
+        let missing = |except: &[i32]| {
+            s.kinds.iter().copied().filter(|k| *k != libc::SIGCHLD && !except.contains(k) && !seen(&dir).contains(k)).collect::<Vec<_>>()
+        };
+        let all_seen = wait_until(secs(15), || missing(&[libc::SIGCONT]).is_empty());
+        let after = memory_kib(run.pid);
+        eprintln!(
+            "storm {mode:?}: {} signals accepted ({} refused, queue full) in {:?}; worker saw {}/{} kinds; drainit VmRSS {}->{} KiB, VmHWM {}->{} KiB",
+            s.sent,
+            s.refused,
+            s.took,
+            seen(&dir).len(),
+            kinds.len(),
+            before.0,
+            after.0,
+            before.1,
+            after.1
+        );
+        assert!(all_seen, "{mode:?}: kinds sent but never seen by the worker: {:?}; log:\n{}", missing(&[libc::SIGCONT]), run.log());
+        pidfd.send(libc::SIGCONT).unwrap();
+        assert!(wait_until(secs(5), || missing(&[]).is_empty()), "{mode:?}: SIGCONT after the storm not seen");
+        assert!(!seen(&dir).contains(&libc::SIGCHLD), "{mode:?}: drainit forwarded SIGCHLD");
+        assert!(!pidfd.exited(), "{mode:?}: drainit exited after the storm; log:\n{}", run.log());
+
+        let sent = Instant::now();
+        run.signal(libc::SIGTERM);
+        let ended = run.wait(secs(10));
+        let took = sent.elapsed();
+        eprintln!("storm {mode:?}: final SIGTERM -> exit {:?} after {took:?}", ended.code);
+        assert_eq!(ended.code, Some(0), "{mode:?}: {}", run.log());
+        assert!(took < secs(3), "{mode:?}: the final SIGTERM took {took:?}, more than the grace");
+        assert!(seen(&dir).contains(&libc::SIGTERM));
+        assert_eq!(run.count_events("stop_requested"), 1, "{}", run.log());
+        check_log_end(&run.log(), 0).unwrap();
+    }
+}
+
+/// 10,000 signals with TERM, INT and QUIT among them, to a worker that records
+/// them all and runs on: the first stop signal starts the clock, the worker
+/// sees every kind, and a final SIGTERM a second later neither restarts the
+/// clock nor is needed: the deadline from the first stop ends it (137).
+#[test]
+fn signal_storm_with_stop_signals_then_a_final_sigterm() {
+    let _heavy = heavy();
+    let recorder = c_helper("sigrec", SIGREC);
+    let grace = secs(2);
+    for mode in MODES {
+        let dir = Scratch::new("storm-stop");
+        let (out, ready) = (path_str(&dir.path("seen")), path_str(&dir.path("ready")));
+        let args = ["--grace", "2s", "--orchestrator-timeout", "3s", "--", &path_str(&recorder), &out, &ready, "keep"];
+        let mut run = drainit(mode, args).spawn();
+        assert!(wait_until(secs(10), || dir.exists("ready")), "{mode:?}: worker not ready; {}", run.log());
+        let pidfd = Arc::new(Pidfd::open(run.pid));
+
+        let mut kinds = plain_kinds();
+        kinds.extend(STOPS);
+        // 10,000 in every mode: the whole storm must fit well inside the grace.
+        let s = storm(&pidfd, &kinds, 10_000, 4, false);
+        let first_stop = s.first_stop.expect("a stop signal was sent");
+        // SIGCONT excepted: stop signals sent after it cancel it (see above).
+        let missing = || kinds.iter().copied().filter(|k| *k != libc::SIGCONT && !seen(&dir).contains(k)).collect::<Vec<_>>();
+        let all_seen = wait_until(grace - ms(500), || missing().is_empty());
+        assert!(all_seen, "{mode:?}: never seen by the worker within the grace: {:?}; log:\n{}", missing(), run.log());
+        std::thread::sleep((first_stop + SECOND).saturating_duration_since(Instant::now()));
+        let _ = pidfd.send(libc::SIGTERM);
+        wait_until(grace + secs(10), || pidfd.exited());
+        let gone = Instant::now();
+        let ended = run.wait(secs(10));
+        let after = gone - first_stop;
+        eprintln!(
+            "storm+stop {mode:?}: {} signals accepted ({} refused) in {:?}; worker saw {}/{} kinds; exit {:?} {after:?} after the first stop signal (grace {grace:?})",
+            s.sent,
+            s.refused,
+            s.took,
+            seen(&dir).len(),
+            kinds.len(),
+            ended.code
+        );
+        assert_eq!(ended.code, Some(137), "{mode:?}: the deadline's SIGKILL ended the worker; log:\n{}", run.log());
+        assert!(after >= grace - ms(50), "{mode:?}: ended {after:?} after the first stop, before the grace");
+        assert!(after < grace + ms(700), "{mode:?}: ended {after:?} after the first stop: the clock restarted or ran late");
+        assert!(!seen(&dir).contains(&libc::SIGCHLD), "{mode:?}: drainit forwarded SIGCHLD");
+        assert_eq!(run.count_events("stop_requested"), 1, "{mode:?}: the clock starts once");
+        assert_eq!(run.count_events("deadline_reached"), 1, "{mode:?}: {}", run.log());
+        check_log_end(&run.log(), 137).unwrap();
+    }
+}
+
+/// A storm that goes on past the deadline (4 senders, as fast as they can,
+/// until drainit exits, at most 2s): the deadline still holds.
+///
+/// Only the standard kinds must reach the worker here: signalfd hands out the
+/// lowest-numbered pending signal first, and under a flood the standard ones
+/// are always pending again, so real-time signals wait until the flood ends
+/// (kernel order, not drainit's choice); by then the worker is dead.
+#[test]
+fn the_deadline_holds_while_a_storm_goes_on() {
+    let _heavy = heavy();
+    let recorder = c_helper("sigrec", SIGREC);
+    let grace = secs(1);
+    for mode in MODES {
+        let dir = Scratch::new("storm-on");
+        let (out, ready) = (path_str(&dir.path("seen")), path_str(&dir.path("ready")));
+        let args = ["--grace", "1s", "--orchestrator-timeout", "2s", "--", &path_str(&recorder), &out, &ready, "keep"];
+        let mut run = drainit(mode, args).spawn();
+        assert!(wait_until(secs(10), || dir.exists("ready")), "{mode:?}: worker not ready; {}", run.log());
+        let pidfd = Arc::new(Pidfd::open(run.pid));
+
+        let mut kinds = plain_kinds();
+        kinds.extend(STOPS);
+        let s = storm(&pidfd, &kinds, storm_size(), 4, true);
+        let storm_end = Instant::now();
+        let first_stop = s.first_stop.expect("a stop signal was sent");
+        // The senders saw drainit gone, or (when it outlived the 2s storm)
+        // the main thread does, polling (a backlog of queued signals can
+        // take drainit a while; wait long enough to measure it).
+        let gone = s.gone.unwrap_or_else(|| {
+            eprintln!("storm-on {mode:?}: drainit outlived the storm ({:?} after the first stop signal)", storm_end - first_stop);
+            wait_until(secs(12), || pidfd.exited());
+            Instant::now()
+        });
+        assert!(
+            pidfd.exited(),
+            "{mode:?}: drainit still runs {:?} after its deadline ({} signals sent in {:?}); log:\n{}",
+            gone.saturating_duration_since(first_stop + grace),
+            s.sent,
+            s.took,
+            run.log()
+        );
+        let ended = run.wait(secs(10));
+        let late = gone.saturating_duration_since(first_stop + grace);
+        let early = (first_stop + grace).saturating_duration_since(gone);
+        eprintln!(
+            "storm-on {mode:?}: {} signals accepted ({} refused) over {:?}; exit {:?} {:?} after the first stop signal \
+             (deadline {:?}: late by {late:?}, early by {early:?}); worker saw {}/{} kinds",
+            s.sent,
+            s.refused,
+            s.took,
+            ended.code,
+            gone - first_stop,
+            grace,
+            seen(&dir).len(),
+            kinds.len()
+        );
+        assert_eq!(ended.code, Some(137), "{mode:?}: the deadline's SIGKILL ended the worker; log:\n{}", run.log());
+        assert!(early < ms(50), "{mode:?}: drainit ended {early:?} before its deadline");
+        assert!(late < ms(500), "{mode:?}: drainit ended {late:?} after its deadline, under the storm");
+        let missing: Vec<i32> = kinds.iter().copied().filter(|&k| k < 32 && k != libc::SIGCONT && !seen(&dir).contains(&k)).collect();
+        assert!(missing.is_empty(), "{mode:?}: standard kinds never seen by the worker: {missing:?}; log:\n{}", run.log());
+        assert!(!seen(&dir).contains(&libc::SIGCHLD), "{mode:?}: drainit forwarded SIGCHLD");
+        assert_eq!(run.count_events("stop_requested"), 1, "{mode:?}: the clock starts once");
+        check_log_end(&run.log(), 137).unwrap();
+    }
+}
+
+/// 100,000 orphans (500,000 in long mode) through a PID-1 drainit (and a
+/// subreaper one in long mode): each is reaped, exactly once, none is left a
+/// zombie, and drainit's resident memory stays where it was.
+#[test]
+fn zombie_storm_is_reaped_without_growing() {
+    let _heavy = heavy();
+    let orphans = c_helper("orphans", ORPHANS);
+    let total: u64 = if long_mode() { 500_000 } else { 100_000 };
+    let modes: &[Mode] = if long_mode() { &MODES } else { &[Mode::Pid1] };
+    for &mode in modes {
+        let dir = Scratch::new("zombies");
+        let done = path_str(&dir.path("done"));
+        let args = ["-v".to_string(), "--".into(), path_str(&orphans), total.to_string(), "500".into(), done];
+        let mut run = drainit(mode, args).spawn();
+        assert!(run.wait_log(&["event=child_started"], secs(10)), "{}", run.log());
+        thread::sleep(ms(100));
+        let before = memory_kib(run.pid);
+        let reaped = |run: &Running| run.log().matches("event=reaped ").count() as u64;
+        assert!(wait_until(secs(120), || dir.exists("done") && !dir.read("done").is_empty()), "{mode:?}: orphans not made");
+        let all = wait_until(secs(20), || reaped(&run) >= total);
+        let zombies_gone = wait_until(secs(5), || zombie_children(run.pid).is_empty());
+        let after = memory_kib(run.pid);
+        let report = dir.read("done");
+        let (made, made_ms) = report.trim().split_once(' ').unwrap();
+        eprintln!(
+            "zombie storm {mode:?}: {made} orphans in {made_ms}ms, drainit reaped {}; VmRSS {} -> {} KiB (+{}), VmHWM {} -> {} KiB (+{})",
+            reaped(&run),
+            before.0,
+            after.0,
+            after.0 as i64 - before.0 as i64,
+            before.1,
+            after.1,
+            after.1 as i64 - before.1 as i64
+        );
+        assert_eq!(made.parse::<u64>().unwrap(), total);
+        assert!(all, "{mode:?}: reaped {} of {total}", reaped(&run));
+        assert_eq!(reaped(&run), total, "{mode:?}: every orphan reaped exactly once");
+        assert!(zombies_gone, "{mode:?}: zombies left under drainit: {:?}", zombie_children(run.pid));
+        assert!(!run.try_ended(), "{mode:?}: drainit exited during the storm; log tail:\n{}", tail(&run.log()));
+        // Resident memory may move by a few pages (log buffers, the heap's
+        // first growth); a leak per orphan would be megabytes.
+        assert!(after.1 <= before.1 + 1024, "{mode:?}: VmHWM grew {} -> {} KiB", before.1, after.1);
+        run.signal(libc::SIGTERM);
+        let ended = run.wait(secs(10));
+        assert_eq!(ended.code, Some(0), "{mode:?}: log tail:\n{}", tail(&run.log()));
+        check_log_end(&run.log(), 0).map_err(|e| tail(&e)).unwrap();
+    }
+}
+
+fn tail(log: &str) -> String {
+    let lines: Vec<&str> = log.lines().collect();
+    lines[lines.len().saturating_sub(20)..].join("\n")
+}
