@@ -1,23 +1,20 @@
 //! The event loop: the edge where the supervisor's decisions meet syscalls.
 //! Each turn blocks once on the signalfd, with a timeout that is the time
 //! left to the nearest deadline (none when idle, so idle costs no wakeup),
-//! then drains every pending signal, reaps every exited child, checks the
-//! clock, and carries out what the supervisor asked for.
+//! then takes the pending signals and the exited children (a bounded batch
+//! of each), checks the clock, and carries out what the supervisor asked for.
 
 use std::collections::VecDeque;
 use std::fs;
-use std::io::Read;
-use std::os::unix::fs::OpenOptionsExt;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-
-use nix::errno::Errno;
 use nix::unistd::Pid;
 
-use crate::config::{self, Config};
+use crate::config::Config;
 use crate::events::Event;
 use crate::procs;
 use crate::reap::{self, Left, Mode};
+use crate::retry_after::RetryAfter;
 use crate::signals::{SIGCHLD, SIGKILL, SignalSource, Signo};
 use crate::spawn::Spawner;
 use crate::supervisor::{self, Action, Supervisor};
@@ -33,6 +30,7 @@ const REAPED_PER_TURN: usize = 1024;
 struct Edge {
     signals: SignalSource,
     spawner: Spawner,
+    retry_after: RetryAfter,
     mode: Mode,
     /// The current (or last) worker's process group.
     group: Option<i32>,
@@ -57,7 +55,8 @@ pub fn run(config: Config, signals: SignalSource) -> i32 {
     let mode = reap::setup();
     Event::Started { mode: mode.name(), grace: config.grace, orchestrator_timeout: config.orchestrator_timeout }.emit();
     let take_tty = tty::hand_over(&signals);
-    let spawner = match Spawner::new(&config.command, take_tty) {
+    let retry_after = RetryAfter::new();
+    let spawner = match Spawner::new(&config.command, retry_after.path(), take_tty) {
         Ok(spawner) => spawner,
         Err(why) => {
             Event::Failed { what: "command", error: why }.emit();
@@ -70,6 +69,7 @@ pub fn run(config: Config, signals: SignalSource) -> i32 {
         Edge {
         signals,
         spawner,
+        retry_after,
         mode,
         group: None,
         leader_reaped: false,
@@ -169,7 +169,7 @@ impl Edge {
         while let Some(action) = actions.pop_front() {
             match action {
                 Action::Spawn { attempt } => {
-                    let _ = fs::remove_file(self.spawner.retry_after_file());
+                    self.retry_after.clear();
                     match self.spawner.spawn(attempt) {
                         Ok(pid) => {
                             self.group = Some(pid);
@@ -191,10 +191,10 @@ impl Edge {
                     let remaining = self.signal_all(SIGKILL, true);
                     Event::DeadlineReached { remaining }.emit();
                 }
-                Action::ReadRetryAfter => supervisor.retry_after(self.read_retry_after()),
+                Action::ReadRetryAfter => supervisor.retry_after(self.retry_after.take()),
                 Action::Log(event) => event.emit(),
                 Action::Exit(code) => {
-                    let _ = fs::remove_file(self.spawner.retry_after_file());
+                    self.retry_after.clear();
                     return Err(code);
                 }
             }
@@ -253,60 +253,6 @@ impl Edge {
             _ => Vec::new(),
         }
     }
-
-    /// The worker's requested sleep; the file is removed once read.
-    fn read_retry_after(&self) -> Option<std::time::Duration> {
-        let path = self.spawner.retry_after_file();
-        let text = match read_small(path) {
-            Ok(Some(text)) => text,
-            Ok(None) => return None,
-            Err(error) => {
-                Event::RetryAfterInvalid { path: path.display().to_string(), error }.emit();
-                let _ = fs::remove_file(path);
-                return None;
-            }
-        };
-        let _ = fs::remove_file(path);
-        match config::parse_duration(&text) {
-            Ok(delay) => Some(delay),
-            Err(why) => {
-                let error = format!("{:?}: {why}; using the normal delay", text.trim());
-                Event::RetryAfterInvalid { path: path.display().to_string(), error }.emit();
-                None
-            }
-        }
-    }
-}
-
-/// The retry-after file's text: None when it does not exist. The worker
-/// controls the path, so drainit reads only a regular file, never blocks on
-/// it (a FIFO), and never reads more than a duration needs (a link to
-/// /dev/zero, a huge file).
-fn read_small(path: &std::path::Path) -> Result<Option<String>, String> {
-    const LIMIT: usize = 64;
-    let file = fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(path);
-    let mut file = match file {
-        Ok(file) => file,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(e.raw_os_error().map_or("unreadable", |n| Errno::from_raw(n).desc()).to_string()),
-    };
-    if !file.metadata().is_ok_and(|m| m.is_file()) {
-        return Err("not a regular file; using the normal delay".to_string());
-    }
-    let mut buf = [0u8; LIMIT + 1];
-    let mut len = 0;
-    while len < buf.len() {
-        match file.read(&mut buf[len..]) {
-            Ok(0) => break,
-            Ok(n) => len += n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(_) => return Err("unreadable; using the normal delay".to_string()),
-        }
-    }
-    if len > LIMIT {
-        return Err(format!("longer than {LIMIT} bytes; using the normal delay"));
-    }
-    Ok(Some(String::from_utf8_lossy(&buf[..len]).into_owned()))
 }
 
 /// Our pid in /proc's numbering, or None when /proc is another namespace's

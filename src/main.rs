@@ -15,6 +15,7 @@ mod event_loop;
 mod events;
 mod procs;
 mod reap;
+mod retry_after;
 mod signals;
 mod spawn;
 mod supervisor;

@@ -9,18 +9,18 @@ use std::ffi::{CString, OsString};
 use std::io::IsTerminal;
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use nix::errno::Errno;
 use nix::fcntl::OFlag;
 use nix::unistd::{ForkResult, pipe2, read, setsid, write};
 
 use crate::events::Event;
+use crate::retry_after;
 use crate::signals;
 use crate::sys::{self, ExecArgs};
 
 pub const ATTEMPT_VAR: &str = "DRAINIT_ATTEMPT";
-pub const RETRY_AFTER_VAR: &str = "DRAINIT_RETRY_AFTER_FILE";
 
 /// Why no worker is running.
 #[derive(Debug)]
@@ -45,36 +45,27 @@ impl SpawnError {
 pub struct Spawner {
     command: String,
     exec: ExecArgs,
-    retry_after: PathBuf,
     take_tty: bool,
 }
 
 impl Spawner {
-    pub fn new(command: &[OsString], take_tty: bool) -> Result<Spawner, String> {
+    pub fn new(command: &[OsString], retry_after: &Path, take_tty: bool) -> Result<Spawner, String> {
         let argv = command
             .iter()
             .map(|arg| CString::new(arg.as_bytes()).map_err(|_| format!("argument {arg:?} holds a NUL byte")))
             .collect::<Result<Vec<_>, _>>()?;
-        let retry_after = match std::env::var_os(RETRY_AFTER_VAR) {
-            Some(path) if !path.is_empty() => PathBuf::from(path),
-            _ => std::env::temp_dir().join(format!("drainit-{}.retry-after", std::process::id())),
-        };
+        // The worker finds the file's path in the environment drainit passes on.
+        sys::set_env(retry_after::VAR, retry_after.as_os_str());
         Ok(Spawner {
             command: command.first().map(|c| c.to_string_lossy().into_owned()).unwrap_or_default(),
             exec: ExecArgs::new(argv),
-            retry_after,
             take_tty,
         })
-    }
-
-    pub fn retry_after_file(&self) -> &Path {
-        &self.retry_after
     }
 
     /// Start attempt `attempt`; returns the worker's pid (= its pgid).
     pub fn spawn(&self, attempt: u32) -> Result<i32, SpawnError> {
         sys::set_env(ATTEMPT_VAR, attempt.to_string().as_ref());
-        sys::set_env(RETRY_AFTER_VAR, self.retry_after.as_os_str());
         let (report_rx, report_tx) = pipe2(OFlag::O_CLOEXEC).map_err(|errno| SpawnError::Setup { what: "pipe", errno })?;
 
         match sys::fork().map_err(|errno| SpawnError::Setup { what: "fork", errno })? {
