@@ -155,11 +155,17 @@ impl Builder {
             Mode::Pid1 => {
                 let path = format!("/proc/{0}/task/{0}/children", child.id());
                 let mut found = None;
+                let mut ended = false;
                 wait_until(Duration::from_secs(10), || {
                     found = std::fs::read_to_string(&path).ok().and_then(|s| s.split_whitespace().next()?.parse().ok());
-                    found.is_some()
+                    // A drainit that exits at once (exec failure, bad flags)
+                    // may be gone before it is seen: then there is nothing
+                    // left to signal, and `pid` stays 0.
+                    ended = found.is_none() && child.try_wait().is_ok_and(|s| s.is_some());
+                    found.is_some() || ended
                 });
-                found.expect("the PID-1 drainit appears under its launcher")
+                assert!(found.is_some() || ended, "the PID-1 drainit never appeared under its launcher");
+                found.unwrap_or(0)
             }
         };
         Running { child, pid, log, out, reader: Some(reader), started, status: None }
@@ -237,6 +243,7 @@ pub struct Ended {
 
 impl Running {
     pub fn signal(&self, sig: i32) {
+        assert!(self.pid > 0, "drainit had already exited");
         // SAFETY: kill with integer arguments.
         unsafe { libc::kill(self.pid, sig) };
     }
@@ -282,8 +289,10 @@ impl Running {
     }
 
     pub fn kill(&mut self) {
-        // SAFETY: kill with integer arguments.
-        unsafe { libc::kill(self.pid, libc::SIGKILL) };
+        if self.pid > 0 {
+            // SAFETY: kill with integer arguments.
+            unsafe { libc::kill(self.pid, libc::SIGKILL) };
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
