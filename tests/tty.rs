@@ -348,42 +348,16 @@ impl Drop for Session {
 /// terminal (which makes its group the foreground group). The process left
 /// outside mirrors PID 1's exit status.
 fn enter_container() -> std::io::Result<()> {
-    use std::io::Error;
-    // SAFETY: plain syscalls with valid constant arguments.
-    unsafe {
-        if libc::unshare(libc::CLONE_NEWPID | libc::CLONE_NEWNS) != 0 {
-            return Err(Error::last_os_error());
-        }
-        let pid = libc::fork();
-        if pid < 0 {
-            return Err(Error::last_os_error());
-        }
-        if pid > 0 {
-            // The launcher keeps nothing open: not std's exec-status pipe
-            // (spawn would wait for it), not the slave (the master must see
-            // the hang-up when the namespace is gone).
-            libc::syscall(libc::SYS_close_range, 0, u32::MAX, 0);
-            libc::signal(libc::SIGCHLD, libc::SIG_DFL);
-            let mut status = 0;
-            while libc::waitpid(pid, &mut status, 0) < 0 {
-                if *libc::__errno_location() != libc::EINTR {
-                    libc::_exit(125);
-                }
-            }
-            if libc::WIFEXITED(status) {
-                libc::_exit(libc::WEXITSTATUS(status));
-            }
-            libc::_exit(128 + libc::WTERMSIG(status));
-        }
-        let none = c"none".as_ptr();
-        if libc::mount(none, c"/".as_ptr(), std::ptr::null(), libc::MS_REC | libc::MS_PRIVATE, std::ptr::null()) != 0
-            || libc::mount(c"proc".as_ptr(), c"/proc".as_ptr(), c"proc".as_ptr(), 0, std::ptr::null()) != 0
-        {
-            return Err(Error::last_os_error());
-        }
-        if libc::setsid() < 0 || libc::ioctl(0, libc::TIOCSCTTY, 0) != 0 {
-            return Err(Error::last_os_error());
-        }
+    // The launcher keeps nothing open: not std's exec-status pipe (spawn
+    // would wait for it), not the slave (the master must see the hang-up
+    // when the namespace is gone).
+    let pid = fork_into_pid_namespace(0)?;
+    if pid > 0 {
+        mirror_exit(pid);
+    }
+    // SAFETY: plain syscalls with constant arguments.
+    if unsafe { libc::setsid() < 0 || libc::ioctl(0, libc::TIOCSCTTY, 0) != 0 } {
+        return Err(std::io::Error::last_os_error());
     }
     Ok(())
 }

@@ -178,6 +178,20 @@ impl Builder {
 /// so the test sees drainit's exact exit code (util-linux unshare reports a
 /// death by signal as 1).
 fn enter_pid_namespace() -> std::io::Result<()> {
+    // Keeps only stdio: std's exec-status pipe must not stay open, or
+    // spawn() would wait for it.
+    let pid = fork_into_pid_namespace(3)?;
+    if pid > 0 {
+        mirror_exit(pid);
+    }
+    Ok(())
+}
+
+/// unshare(CLONE_NEWPID | CLONE_NEWNS) and fork. In the child (PID 1 of the
+/// new namespace, returns 0) / is made private and a fresh /proc mounted; the
+/// parent (returns the child's pid) closes every fd from `keep_below` on.
+/// Async-signal-safe: for pre_exec closures.
+pub fn fork_into_pid_namespace(keep_below: u32) -> std::io::Result<i32> {
     use std::io::Error;
     // SAFETY: plain syscalls with valid constant arguments.
     unsafe {
@@ -188,18 +202,25 @@ fn enter_pid_namespace() -> std::io::Result<()> {
         if pid < 0 {
             return Err(Error::last_os_error());
         }
-        if pid == 0 {
-            let none = c"none".as_ptr();
-            if libc::mount(none, c"/".as_ptr(), std::ptr::null(), libc::MS_REC | libc::MS_PRIVATE, std::ptr::null()) != 0
-                || libc::mount(c"proc".as_ptr(), c"/proc".as_ptr(), c"proc".as_ptr(), 0, std::ptr::null()) != 0
-            {
-                return Err(Error::last_os_error());
-            }
-            return Ok(());
+        if pid > 0 {
+            libc::syscall(libc::SYS_close_range, keep_below, u32::MAX, 0);
+            return Ok(pid);
         }
-        // The launcher must not hold std's exec-status pipe open, or spawn()
-        // would wait for it; it keeps only stdio.
-        libc::syscall(libc::SYS_close_range, 3, u32::MAX, 0);
+        let none = c"none".as_ptr();
+        if libc::mount(none, c"/".as_ptr(), std::ptr::null(), libc::MS_REC | libc::MS_PRIVATE, std::ptr::null()) != 0
+            || libc::mount(c"proc".as_ptr(), c"/proc".as_ptr(), c"proc".as_ptr(), 0, std::ptr::null()) != 0
+        {
+            return Err(Error::last_os_error());
+        }
+        Ok(0)
+    }
+}
+
+/// Wait for `pid` and end this process the same way: its exit code, or its
+/// signal. Async-signal-safe; never returns.
+pub fn mirror_exit(pid: i32) -> ! {
+    // SAFETY: plain syscalls; status is a valid local.
+    unsafe {
         // A test may have set SIGCHLD to SIG_IGN for drainit to undo; the
         // launcher needs its child's status.
         libc::signal(libc::SIGCHLD, libc::SIG_DFL);
