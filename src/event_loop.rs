@@ -157,7 +157,10 @@ impl Edge {
             actions.extend(supervisor.reaped(pid, outcome, now));
             self.carry_out(supervisor, actions)?;
         }
-        if !exited.is_empty() || !self.children_left {
+        // Only after a complete round: what is left then is alive, and a
+        // walk of /proc (to re-kill after the deadline) is not repeated for
+        // every batch of a stream of zombies.
+        if left != Left::More && (!exited.is_empty() || !self.children_left) {
             actions.extend(supervisor.children(self.children_left, now));
         }
         Ok(())
