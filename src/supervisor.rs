@@ -20,8 +20,8 @@ pub enum Action {
     /// Send to the group and everything else drainit is responsible for (as
     /// PID 1: the namespace; as subreaper: its descendants).
     SignalAll(Signo),
-    /// The grace deadline passed: log `deadline_reached` with the number of
-    /// processes still alive, then SIGKILL all of them.
+    /// The grace deadline passed: SIGKILL everything `SignalAll` reaches,
+    /// and log `deadline_reached` with how many processes that was.
     Deadline,
     /// Read (and remove) the worker's retry-after file; answer with `retry_after`.
     ReadRetryAfter,
