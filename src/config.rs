@@ -140,48 +140,33 @@ pub fn parse<I: IntoIterator<Item = OsString>>(args: I) -> Result<Config, Stop> 
     if let Some(var) = VARIABLES.iter().find(|v| std::env::var_os(v).is_some_and(|x| x.is_empty())) {
         return Err(Stop::Invalid(format!("{var} is set but empty; unset it or give it a value")));
     }
-    let matches = Cli::command().try_get_matches_from(args).map_err(clap_error)?;
+    let mut command = Cli::command();
+    let matches = command.try_get_matches_from_mut(args).map_err(clap_error)?;
     let raw = Cli::from_arg_matches(&matches).map_err(clap_error)?;
-    // Name the value's origin in errors: the flag, or the variable.
-    let origin = |id: &str, flag: &str, var: &str| -> String {
-        match matches.value_source(id) {
-            Some(ValueSource::EnvVariable) => var.to_string(),
-            _ => flag.to_string(),
-        }
+    // Name a value by its origin in errors: the flag, or the variable.
+    let origin = |id: &str| -> String {
+        let arg = command.get_arguments().find(|a| a.get_id() == id);
+        let name = match matches.value_source(id) {
+            Some(ValueSource::EnvVariable) => arg.and_then(|a| a.get_env()).map(|v| v.to_string_lossy().into_owned()),
+            _ => arg.and_then(|a| a.get_long()).map(|l| format!("--{l}")),
+        };
+        name.unwrap_or_else(|| id.to_string())
     };
+    let invalid = |id: &str, text: &str, why: &str| Stop::Invalid(format!("{} '{text}': {why}", origin(id)));
     // Values arrive as OsString so that one that is not UTF-8 is named.
-    let text = |value: OsString, id: &str, flag: &str, var: &str| -> Result<String, Stop> {
-        value.into_string().map_err(|bad| {
-            Stop::Invalid(format!("{} '{}': not valid UTF-8", origin(id, flag, var), bad.to_string_lossy()))
-        })
+    let text = |value: OsString, id: &str| -> Result<String, Stop> {
+        value.into_string().map_err(|bad| invalid(id, &bad.to_string_lossy(), "not valid UTF-8"))
     };
-    let one = |value: Option<OsString>, id: &str, flag: &str, var: &str| value.map(|v| text(v, id, flag, var)).transpose();
-    let many = |values: Vec<OsString>, id: &str, flag: &str, var: &str| -> Result<Vec<String>, Stop> {
-        values.into_iter().map(|v| text(v, id, flag, var)).collect()
-    };
+    let one = |value: Option<OsString>, id: &str| value.map(|v| text(v, id)).transpose();
+    let many = |values: Vec<OsString>, id: &str| values.into_iter().map(|v| text(v, id)).collect::<Result<Vec<_>, _>>();
     let cli = Strings {
-        grace: one(raw.grace, "grace", "--grace", "DRAINIT_GRACE")?,
-        orchestrator_timeout: one(
-            raw.orchestrator_timeout,
-            "orchestrator_timeout",
-            "--orchestrator-timeout",
-            "DRAINIT_ORCHESTRATOR_TIMEOUT",
-        )?,
-        rewrite: many(raw.rewrite, "rewrite", "--rewrite", "DRAINIT_REWRITE")?,
-        backoff_exit_codes: many(
-            raw.backoff_exit_codes,
-            "backoff_exit_codes",
-            "--backoff-exit-code",
-            "DRAINIT_BACKOFF_EXIT_CODES",
-        )?,
-        backoff_delay: one(raw.backoff_delay, "backoff_delay", "--backoff-delay", "DRAINIT_BACKOFF_DELAY")?,
-        backoff_max_delay: one(
-            raw.backoff_max_delay,
-            "backoff_max_delay",
-            "--backoff-max-delay",
-            "DRAINIT_BACKOFF_MAX_DELAY",
-        )?,
-        backoff_timeout: one(raw.backoff_timeout, "backoff_timeout", "--backoff-timeout", "DRAINIT_BACKOFF_TIMEOUT")?,
+        grace: one(raw.grace, "grace")?,
+        orchestrator_timeout: one(raw.orchestrator_timeout, "orchestrator_timeout")?,
+        rewrite: many(raw.rewrite, "rewrite")?,
+        backoff_exit_codes: many(raw.backoff_exit_codes, "backoff_exit_codes")?,
+        backoff_delay: one(raw.backoff_delay, "backoff_delay")?,
+        backoff_max_delay: one(raw.backoff_max_delay, "backoff_max_delay")?,
+        backoff_timeout: one(raw.backoff_timeout, "backoff_timeout")?,
         log: match std::env::var_os("DRAINIT_LOG").map(OsString::into_string) {
             None => None,
             Some(Ok(filter)) => Some(filter),
@@ -190,42 +175,31 @@ pub fn parse<I: IntoIterator<Item = OsString>>(args: I) -> Result<Config, Stop> 
             }
         },
     };
-    let duration = |value: &Option<String>, id: &str, flag: &str, var: &str, default: Duration| match value {
+    let duration = |value: &Option<String>, id: &str, default: Duration| match value {
         None => Ok(default),
-        Some(text) => parse_duration(text).map_err(|why| Stop::Invalid(format!("{} '{text}': {why}", origin(id, flag, var)))),
+        Some(text) => parse_duration(text).map_err(|why| invalid(id, text, &why)),
     };
 
-    let orchestrator_timeout = duration(
-        &cli.orchestrator_timeout,
-        "orchestrator_timeout",
-        "--orchestrator-timeout",
-        "DRAINIT_ORCHESTRATOR_TIMEOUT",
-        Duration::from_secs(10),
-    )?;
+    let orchestrator_timeout = duration(&cli.orchestrator_timeout, "orchestrator_timeout", Duration::from_secs(10))?;
     let margin = Duration::from_secs(1);
     let Some(latest) = orchestrator_timeout.checked_sub(margin) else {
-        let source = origin("orchestrator_timeout", "--orchestrator-timeout", "DRAINIT_ORCHESTRATOR_TIMEOUT");
-        return Err(Stop::Invalid(format!(
-            "{source} '{}': must be at least 1s, drainit needs 1s before the orchestrator's SIGKILL",
-            cli.orchestrator_timeout.unwrap_or_default()
-        )));
+        let text = cli.orchestrator_timeout.unwrap_or_default();
+        return Err(invalid("orchestrator_timeout", &text, "must be at least 1s, drainit needs 1s before the orchestrator's SIGKILL"));
     };
-    let grace = duration(&cli.grace, "grace", "--grace", "DRAINIT_GRACE", latest)?;
+    let grace = duration(&cli.grace, "grace", latest)?;
     if grace > latest {
-        return Err(Stop::Invalid(format!(
-            "{} '{}': must end at least 1s before the orchestrator timeout {}, so at most {}",
-            origin("grace", "--grace", "DRAINIT_GRACE"),
-            cli.grace.unwrap_or_default(),
+        let why = format!(
+            "must end at least 1s before the orchestrator timeout {}, so at most {}",
             crate::events::duration(orchestrator_timeout),
             crate::events::duration(latest),
-        )));
+        );
+        return Err(invalid("grace", &cli.grace.unwrap_or_default(), &why));
     }
 
     let rewrite = Rewrite::parse(cli.rewrite.iter().map(String::as_str))
-        .map_err(|why| Stop::Invalid(format!("{} {why}", origin("rewrite", "--rewrite", "DRAINIT_REWRITE"))))?;
+        .map_err(|why| Stop::Invalid(format!("{} {why}", origin("rewrite"))))?;
 
     let defaults = backoff::Policy::default();
-    let codes_origin = origin("backoff_exit_codes", "--backoff-exit-code", "DRAINIT_BACKOFF_EXIT_CODES");
     let codes = if cli.backoff_exit_codes.is_empty() {
         defaults.codes.clone()
     } else {
@@ -233,32 +207,19 @@ pub fn parse<I: IntoIterator<Item = OsString>>(args: I) -> Result<Config, Stop> 
             .iter()
             .map(|text| match text.trim().parse::<u8>() {
                 Ok(code) if code > 0 => Ok(code),
-                _ => Err(Stop::Invalid(format!("{codes_origin} '{text}': must be an exit code from 1 to 255"))),
+                _ => Err(invalid("backoff_exit_codes", text, "must be an exit code from 1 to 255")),
             })
             .collect::<Result<Vec<u8>, Stop>>()?
     };
-    let delay = duration(&cli.backoff_delay, "backoff_delay", "--backoff-delay", "DRAINIT_BACKOFF_DELAY", defaults.delay)?;
-    let max_delay = duration(
-        &cli.backoff_max_delay,
-        "backoff_max_delay",
-        "--backoff-max-delay",
-        "DRAINIT_BACKOFF_MAX_DELAY",
-        defaults.max_delay,
-    )?;
-    let timeout = duration(
-        &cli.backoff_timeout,
-        "backoff_timeout",
-        "--backoff-timeout",
-        "DRAINIT_BACKOFF_TIMEOUT",
-        defaults.timeout,
-    )?;
+    let delay = duration(&cli.backoff_delay, "backoff_delay", defaults.delay)?;
+    let max_delay = duration(&cli.backoff_max_delay, "backoff_max_delay", defaults.max_delay)?;
+    let timeout = duration(&cli.backoff_timeout, "backoff_timeout", defaults.timeout)?;
     if delay.is_zero() {
-        let source = origin("backoff_delay", "--backoff-delay", "DRAINIT_BACKOFF_DELAY");
-        return Err(Stop::Invalid(format!("{source} '0': must be more than 0, or a failing worker restarts in a tight loop")));
+        return Err(invalid("backoff_delay", "0", "must be more than 0, or a failing worker restarts in a tight loop"));
     }
     if delay > max_delay {
         let what = match &cli.backoff_delay {
-            Some(text) => format!("{} '{text}'", origin("backoff_delay", "--backoff-delay", "DRAINIT_BACKOFF_DELAY")),
+            Some(text) => format!("{} '{text}'", origin("backoff_delay")),
             None => format!("the default backoff delay {}", crate::events::duration(delay)),
         };
         return Err(Stop::Invalid(format!(

@@ -6,7 +6,6 @@
 //! a worker that merely exited with those codes.
 
 use std::ffi::{CString, OsString};
-use std::io::IsTerminal;
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
@@ -137,9 +136,4 @@ fn read_errno(pipe: &OwnedFd) -> Option<Errno> {
         }
     }
     (got == buf.len()).then(|| Errno::from_raw(i32::from_ne_bytes(buf)))
-}
-
-/// Whether the worker should take drainit's stdin as its terminal.
-pub fn stdin_is_terminal() -> bool {
-    std::io::stdin().is_terminal()
 }

@@ -31,7 +31,8 @@ pub enum Action {
 
 #[derive(Clone, Debug, PartialEq)]
 enum Phase {
-    Starting { attempt: u32 },
+    /// Waiting for the event loop to answer `Spawn` (attempt `self.attempt`).
+    Starting,
     Running { pid: i32, killed: bool },
     /// The worker is gone; its leftovers were told to go, and drainit waits
     /// until it has no child left (or SIGKILLs them at the deadline).
@@ -73,7 +74,7 @@ impl Supervisor {
         let backoff = Backoff::new(&policy.backoff);
         Supervisor {
             policy,
-            phase: Phase::Starting { attempt: 1 },
+            phase: Phase::Starting,
             attempt: 1,
             stop_deadline: None,
             backoff,
@@ -128,7 +129,7 @@ impl Supervisor {
             }
             Phase::Sleeping { .. } if signals::is_stop(sig) => out.extend(self.finish(128 + sig)),
             Phase::Sleeping { .. } => out.push(Action::Log(Event::SignalDropped { signal: sig })),
-            Phase::Starting { .. } | Phase::Done => {}
+            Phase::Starting | Phase::Done => {}
         }
         out
     }
@@ -187,7 +188,7 @@ impl Supervisor {
             }
             Phase::Sleeping { until } if *until <= now => {
                 self.attempt += 1;
-                self.phase = Phase::Starting { attempt: self.attempt };
+                self.phase = Phase::Starting;
                 vec![Action::Spawn { attempt: self.attempt }]
             }
             _ => Vec::new(),

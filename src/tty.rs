@@ -12,6 +12,7 @@
 //! foreground job and forwards what the terminal sends it (Ctrl-C: a SIGINT,
 //! which is also a stop request) to the worker's group, once.
 
+use std::io::IsTerminal;
 use std::os::fd::AsFd;
 
 use nix::sys::signal::Signal;
@@ -24,7 +25,7 @@ use crate::sys;
 /// the worker should take it.
 pub fn hand_over(signals: &SignalSource) -> bool {
     let stdin = std::io::stdin();
-    if !crate::spawn::stdin_is_terminal() {
+    if !stdin.is_terminal() {
         return false;
     }
     let leader = getsid(None).is_ok_and(|sid| sid == getpid());
