@@ -35,7 +35,9 @@ impl Policy {
 pub enum Decision {
     Sleep(Duration),
     /// The next sleep would end past the budget.
-    Exhausted { elapsed: Duration },
+    Exhausted {
+        elapsed: Duration,
+    },
 }
 
 /// The schedule's memory across attempts.
@@ -63,11 +65,7 @@ impl Backoff {
             None => base / 2 + (base / 2).mul_f64(unit.clamp(0.0, 1.0)),
         };
         let elapsed = now.saturating_duration_since(first);
-        if elapsed + delay > policy.timeout {
-            Decision::Exhausted { elapsed }
-        } else {
-            Decision::Sleep(delay)
-        }
+        if elapsed + delay > policy.timeout { Decision::Exhausted { elapsed } } else { Decision::Sleep(delay) }
     }
 }
 

@@ -184,7 +184,11 @@ pub fn parse<I: IntoIterator<Item = OsString>>(args: I) -> Result<Config, Stop> 
     let margin = Duration::from_secs(1);
     let Some(latest) = orchestrator_timeout.checked_sub(margin) else {
         let text = cli.orchestrator_timeout.unwrap_or_default();
-        return Err(invalid("orchestrator_timeout", &text, "must be at least 1s, drainit needs 1s before the orchestrator's SIGKILL"));
+        return Err(invalid(
+            "orchestrator_timeout",
+            &text,
+            "must be at least 1s, drainit needs 1s before the orchestrator's SIGKILL",
+        ));
     };
     let grace = duration(&cli.grace, "grace", latest)?;
     if grace > latest {
@@ -276,7 +280,9 @@ fn log_filter(verbose: u8, quiet: u8, var: Option<String>) -> Result<String, Sto
     for directive in filter.split(',') {
         let level = directive.rsplit_once('=').map_or(directive, |(_, level)| level).trim();
         let known = LEVELS.iter().any(|l| l.eq_ignore_ascii_case(level));
-        let module_only = !directive.contains('=') && !level.is_empty() && level.chars().all(|c| c.is_alphanumeric() || c == '_' || c == ':');
+        let module_only = !directive.contains('=')
+            && !level.is_empty()
+            && level.chars().all(|c| c.is_alphanumeric() || c == '_' || c == ':');
         if !known && !module_only || directive.trim().is_empty() {
             return Err(Stop::Invalid(format!(
                 "DRAINIT_LOG '{filter}': '{directive}' is not a level (off, error, warn, info, debug, trace) or module=level"
@@ -310,10 +316,13 @@ mod tests {
     #[test]
     fn durations() {
         let ms = Duration::from_millis;
-        for (text, want) in [("8", ms(8000)), ("0.5", ms(500)), ("500ms", ms(500)), ("1m30s", ms(90_000)), ("0", ms(0))] {
+        for (text, want) in [("8", ms(8000)), ("0.5", ms(500)), ("500ms", ms(500)), ("1m30s", ms(90_000)), ("0", ms(0))]
+        {
             assert_eq!(parse_duration(text), Ok(want), "{text}");
         }
-        for text in ["", "abc", "-1s", "-1", "1.2.3", "5 parsecs", "1e3", "366d", "10000000000000000000", "99999999999y"] {
+        for text in
+            ["", "abc", "-1s", "-1", "1.2.3", "5 parsecs", "1e3", "366d", "10000000000000000000", "99999999999y"]
+        {
             assert!(parse_duration(text).is_err(), "{text}");
         }
     }
@@ -368,7 +377,18 @@ mod tests {
 
     #[test]
     fn repeatable_flags() {
-        let c = parse(args(&["--rewrite", "TERM:QUIT", "--rewrite", "USR1:0,HUP:INT", "--backoff-exit-code", "3", "--backoff-exit-code", "75", "x"])).unwrap();
+        let c = parse(args(&[
+            "--rewrite",
+            "TERM:QUIT",
+            "--rewrite",
+            "USR1:0,HUP:INT",
+            "--backoff-exit-code",
+            "3",
+            "--backoff-exit-code",
+            "75",
+            "x",
+        ]))
+        .unwrap();
         assert_eq!(c.rewrite.apply(libc::SIGHUP), Some(libc::SIGINT));
         assert_eq!(c.rewrite.apply(libc::SIGUSR1), None);
         assert_eq!(c.backoff.codes, vec![3, 75]);

@@ -65,8 +65,7 @@ pub fn run(config: Config, signals: SignalSource) -> i32 {
     };
     let policy = supervisor::Policy { grace: config.grace, rewrite: config.rewrite, backoff: config.backoff };
     let mut supervisor = Supervisor::new(policy, seed());
-    let mut edge =
-        Edge {
+    let mut edge = Edge {
         signals,
         spawner,
         retry_after,
@@ -218,7 +217,8 @@ impl Edge {
             // ESRCH: the group is gone already, which is fine.
             return sys::kill(Pid::from_raw(-group), sig).is_ok();
         }
-        let members: Vec<i32> = self.descendants().into_iter().filter(|pid| procs::group_of(*pid) == Some(group)).collect();
+        let members: Vec<i32> =
+            self.descendants().into_iter().filter(|pid| procs::group_of(*pid) == Some(group)).collect();
         for pid in &members {
             let _ = sys::kill(Pid::from_raw(*pid), sig);
         }
@@ -270,4 +270,3 @@ fn seed() -> u64 {
     let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
     nanos ^ (u64::from(std::process::id()) << 32)
 }
-

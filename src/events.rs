@@ -39,24 +39,67 @@ impl Outcome {
 
 #[derive(Clone, Debug, PartialEq)]
 pub enum Event {
-    ChildStarted { pid: i32, attempt: u32 },
-    StopRequested { signal: Signo, grace: Duration },
-    ChildExited { pid: i32, outcome: Outcome },
-    DeadlineReached { remaining: usize },
-    Backoff { attempt: u32, code: i32, delay: Duration },
-    BackoffExhausted { attempts: u32, elapsed: Duration },
-    Exit { code: i32 },
+    ChildStarted {
+        pid: i32,
+        attempt: u32,
+    },
+    StopRequested {
+        signal: Signo,
+        grace: Duration,
+    },
+    ChildExited {
+        pid: i32,
+        outcome: Outcome,
+    },
+    DeadlineReached {
+        remaining: usize,
+    },
+    Backoff {
+        attempt: u32,
+        code: i32,
+        delay: Duration,
+    },
+    BackoffExhausted {
+        attempts: u32,
+        elapsed: Duration,
+    },
+    Exit {
+        code: i32,
+    },
     /// A process other than the worker was reaped (an orphan or leftover).
-    Reaped { pid: i32, outcome: Outcome },
+    Reaped {
+        pid: i32,
+        outcome: Outcome,
+    },
     /// A signal (after rewriting) sent to the worker's process group.
-    Forwarded { signal: Signo },
+    Forwarded {
+        signal: Signo,
+    },
     /// A signal drainit had no one to forward to (during a backoff sleep).
-    SignalDropped { signal: Signo },
-    RetryAfterInvalid { path: String, error: String },
-    ExecFailed { command: String, error: String, code: i32 },
-    Failed { what: &'static str, error: String },
-    SubreaperRefused { error: String },
-    Started { mode: &'static str, grace: Duration, orchestrator_timeout: Duration },
+    SignalDropped {
+        signal: Signo,
+    },
+    RetryAfterInvalid {
+        path: String,
+        error: String,
+    },
+    ExecFailed {
+        command: String,
+        error: String,
+        code: i32,
+    },
+    Failed {
+        what: &'static str,
+        error: String,
+    },
+    SubreaperRefused {
+        error: String,
+    },
+    Started {
+        mode: &'static str,
+        grace: Duration,
+        orchestrator_timeout: Duration,
+    },
 }
 
 impl Event {
@@ -96,7 +139,8 @@ struct Val<'a>(&'a str);
 
 impl fmt::Display for Val<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if !self.0.is_empty() && !self.0.contains(|c: char| c.is_whitespace() || c == '"' || c == '=' || c.is_control()) {
+        if !self.0.is_empty() && !self.0.contains(|c: char| c.is_whitespace() || c == '"' || c == '=' || c.is_control())
+        {
             return f.write_str(self.0);
         }
         f.write_str("\"")?;
@@ -184,7 +228,10 @@ mod tests {
         let ms = Duration::from_millis;
         for (event, line) in [
             (Event::ChildStarted { pid: 7, attempt: 1 }, "event=child_started pid=7 attempt=1"),
-            (Event::StopRequested { signal: libc::SIGTERM, grace: ms(9000) }, "event=stop_requested signal=SIGTERM grace=9s"),
+            (
+                Event::StopRequested { signal: libc::SIGTERM, grace: ms(9000) },
+                "event=stop_requested signal=SIGTERM grace=9s",
+            ),
             (Event::ChildExited { pid: 7, outcome: Outcome::Exited(3) }, "event=child_exited pid=7 code=3"),
             (
                 Event::ChildExited { pid: 7, outcome: Outcome::Signaled(9) },

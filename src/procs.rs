@@ -18,9 +18,11 @@ pub fn descendants(root: i32) -> Vec<i32> {
 /// read, no file per process: cheap enough to count a fork bomb.
 pub fn others() -> usize {
     fs::read_dir("/proc").map_or(0, |dir| {
-        dir.filter(|e| e.as_ref().is_ok_and(|e| e.file_name().to_str().is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit()))))
-            .count()
-            .saturating_sub(1)
+        dir.filter(|e| {
+            e.as_ref().is_ok_and(|e| e.file_name().to_str().is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit())))
+        })
+        .count()
+        .saturating_sub(1)
     })
 }
 
@@ -68,7 +70,12 @@ fn children(pid: i32) -> Option<Vec<i32>> {
 
 /// Append the pids listed in `path` (a `children` file) to `out`.
 fn read_pids(path: &str, out: &mut Vec<i32>) -> Option<()> {
-    let fd = nix::fcntl::open(path, nix::fcntl::OFlag::O_RDONLY | nix::fcntl::OFlag::O_CLOEXEC, nix::sys::stat::Mode::empty()).ok()?;
+    let fd = nix::fcntl::open(
+        path,
+        nix::fcntl::OFlag::O_RDONLY | nix::fcntl::OFlag::O_CLOEXEC,
+        nix::sys::stat::Mode::empty(),
+    )
+    .ok()?;
     let mut buf = [0u8; 4096];
     let mut pending = Vec::new();
     loop {
@@ -79,7 +86,9 @@ fn read_pids(path: &str, out: &mut Vec<i32>) -> Option<()> {
             Err(_) => return None,
         }
     }
-    out.extend(pending.split(|b| b.is_ascii_whitespace()).filter_map(|w| std::str::from_utf8(w).ok()?.parse::<i32>().ok()));
+    out.extend(
+        pending.split(|b| b.is_ascii_whitespace()).filter_map(|w| std::str::from_utf8(w).ok()?.parse::<i32>().ok()),
+    );
     Some(())
 }
 

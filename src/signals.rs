@@ -94,9 +94,8 @@ impl Rewrite {
         let mut table = Rewrite::default();
         let mut seen = Vec::new();
         for pair in pairs {
-            let (from, to) = pair
-                .split_once(':')
-                .ok_or_else(|| format!("'{pair}' is not FROM:TO (for example TERM:QUIT)"))?;
+            let (from, to) =
+                pair.split_once(':').ok_or_else(|| format!("'{pair}' is not FROM:TO (for example TERM:QUIT)"))?;
             let from = parse(from, false).map_err(|e| format!("'{pair}': {e}"))?;
             let to = parse(to, true).map_err(|e| format!("'{pair}': {e}"))?;
             if matches!(from, SIGKILL | SIGCHLD) || from == libc::SIGSTOP {

@@ -24,9 +24,14 @@ pub const ATTEMPT_VAR: &str = "DRAINIT_ATTEMPT";
 /// Why no worker is running.
 #[derive(Debug)]
 pub enum SpawnError {
-    Exec { errno: Errno },
+    Exec {
+        errno: Errno,
+    },
     /// drainit's own step failed: "fork", or "pipe" for the exec report.
-    Setup { what: &'static str, errno: Errno },
+    Setup {
+        what: &'static str,
+        errno: Errno,
+    },
 }
 
 impl SpawnError {
@@ -65,7 +70,8 @@ impl Spawner {
     /// Start attempt `attempt`; returns the worker's pid (= its pgid).
     pub fn spawn(&self, attempt: u32) -> Result<i32, SpawnError> {
         sys::set_env(ATTEMPT_VAR, attempt.to_string().as_ref());
-        let (report_rx, report_tx) = pipe2(OFlag::O_CLOEXEC).map_err(|errno| SpawnError::Setup { what: "pipe", errno })?;
+        let (report_rx, report_tx) =
+            pipe2(OFlag::O_CLOEXEC).map_err(|errno| SpawnError::Setup { what: "pipe", errno })?;
 
         match sys::fork().map_err(|errno| SpawnError::Setup { what: "fork", errno })? {
             ForkResult::Child => child(&self.exec, &report_tx, self.take_tty),

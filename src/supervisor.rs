@@ -14,7 +14,9 @@ use crate::signals::{self, Rewrite, SIGKILL, SIGTERM, Signo};
 #[derive(Clone, Debug, PartialEq)]
 pub enum Action {
     /// Start attempt N; answer with `spawned` or `spawn_failed`.
-    Spawn { attempt: u32 },
+    Spawn {
+        attempt: u32,
+    },
     /// Send to the worker's process group.
     Forward(Signo),
     /// Send to the group and everything else drainit is responsible for (as
@@ -33,11 +35,21 @@ pub enum Action {
 enum Phase {
     /// Waiting for the event loop to answer `Spawn` (attempt `self.attempt`).
     Starting,
-    Running { pid: i32, killed: bool },
+    Running {
+        pid: i32,
+        killed: bool,
+    },
     /// The worker is gone; its leftovers were told to go, and drainit waits
     /// until it has no child left (or SIGKILLs them at the deadline).
-    Draining { code: i32, deadline: Instant, killed: bool, then: Then },
-    Sleeping { until: Instant },
+    Draining {
+        code: i32,
+        deadline: Instant,
+        killed: bool,
+        then: Then,
+    },
+    Sleeping {
+        until: Instant,
+    },
     Done,
 }
 
@@ -145,7 +157,8 @@ impl Supervisor {
         let code = outcome.code();
         let mut out = vec![Action::Log(Event::ChildExited { pid, outcome })];
         if self.stop_deadline.is_none() && self.policy.backoff.wants_restart(code) {
-            self.phase = Phase::Draining { code, deadline: now + self.policy.grace, killed: false, then: Then::Restart(code) };
+            self.phase =
+                Phase::Draining { code, deadline: now + self.policy.grace, killed: false, then: Then::Restart(code) };
             out.extend([Action::ReadRetryAfter, Action::SignalAll(SIGTERM)]);
             return out;
         }
@@ -258,7 +271,8 @@ mod tests {
     #[test]
     fn forwards_every_signal_after_rewriting() {
         let (mut s, t) = sup(&["TERM:QUIT", "USR1:0"]);
-        for (sig, want) in [(HUP, vec![Forward(HUP)]), (USR1, vec![]), (libc::SIGWINCH, vec![Forward(libc::SIGWINCH)])] {
+        for (sig, want) in [(HUP, vec![Forward(HUP)]), (USR1, vec![]), (libc::SIGWINCH, vec![Forward(libc::SIGWINCH)])]
+        {
             assert_eq!(effects(s.signal(sig, t)), want);
         }
         // A stop signal is judged before rewriting: TERM starts the clock and goes out as QUIT.

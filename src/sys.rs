@@ -145,4 +145,3 @@ pub fn release_controlling_tty(fd: BorrowedFd<'_>) -> nix::Result<()> {
     // SAFETY: TIOCNOTTY takes no argument.
     Errno::result(unsafe { libc::ioctl(fd.as_raw_fd(), libc::TIOCNOTTY) }).map(drop)
 }
-

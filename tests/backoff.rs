@@ -9,11 +9,7 @@ use std::time::Duration;
 
 /// The `delay=` of each `backoff` event, in order.
 fn delays(run: &Running) -> Vec<Duration> {
-    run.events()
-        .iter()
-        .filter(|e| e["event"] == "backoff")
-        .map(|e| parse_delay(&e["delay"]))
-        .collect()
+    run.events().iter().filter(|e| e["event"] == "backoff").map(|e| parse_delay(&e["delay"])).collect()
 }
 
 fn parse_delay(text: &str) -> Duration {
@@ -120,7 +116,9 @@ fn retry_after_is_clamped_to_the_max_delay() {
         "{}; [ \"$DRAINIT_ATTEMPT\" = 1 ] && echo 1h > \"$DRAINIT_RETRY_AFTER_FILE\" && exit 75; exit 0",
         scripted(&dir, &[0]).split("; set --").next().unwrap()
     );
-    let mut run = drainit(Mode::Subreaper, with_sh(&["--backoff-max-delay", "500ms", "--backoff-delay", "100ms"], &script)).spawn();
+    let mut run =
+        drainit(Mode::Subreaper, with_sh(&["--backoff-max-delay", "500ms", "--backoff-delay", "100ms"], &script))
+            .spawn();
     assert_eq!(run.wait(secs(10)).code, Some(0), "{}", run.log());
     assert_eq!(delays(&run), [ms(500)]);
 }
@@ -142,7 +140,9 @@ fn garbage_in_the_retry_after_file_warns_and_uses_the_normal_delay() {
 fn sigterm_during_the_sleep_exits_143_at_once() {
     for mode in MODES {
         let dir = Scratch::new("sleep-stop");
-        let mut run = drainit(mode, with_sh(&["--backoff-delay", "10s", "--backoff-max-delay", "10s"], &scripted(&dir, &[75]))).spawn();
+        let mut run =
+            drainit(mode, with_sh(&["--backoff-delay", "10s", "--backoff-max-delay", "10s"], &scripted(&dir, &[75])))
+                .spawn();
         assert!(run.wait_log(&["event=backoff attempt=1"], secs(10)), "{}", run.log());
         run.signal(libc::SIGHUP);
         assert!(run.wait_log(&["event=signal_dropped signal=SIGHUP"], secs(5)), "{}", run.log());
@@ -179,7 +179,11 @@ fn leftovers_of_an_attempt_are_gone_before_the_next_starts() {
         for pid in dir.lines("pids") {
             assert!(!alive(pid.parse().unwrap()) || mode == Mode::Pid1, "{mode:?}: leftover {pid} alive");
         }
-        assert!(run.log().contains("event=deadline_reached"), "the TERM-ignoring one needed the deadline: {}", run.log());
+        assert!(
+            run.log().contains("event=deadline_reached"),
+            "the TERM-ignoring one needed the deadline: {}",
+            run.log()
+        );
     }
 }
 
@@ -188,7 +192,10 @@ fn custom_codes_by_flag_and_variable() {
     let dir = Scratch::new("codes");
     let mut run = drainit(
         Mode::Subreaper,
-        with_sh(&["--backoff-exit-code", "3", "--backoff-exit-code", "4", "--backoff-delay", "50ms"], &scripted(&dir, &[3, 4, 75])),
+        with_sh(
+            &["--backoff-exit-code", "3", "--backoff-exit-code", "4", "--backoff-delay", "50ms"],
+            &scripted(&dir, &[3, 4, 75]),
+        ),
     )
     .spawn();
     assert_eq!(run.wait(secs(10)).code, Some(75), "75 is no longer a backoff code: {}", run.log());

@@ -87,9 +87,7 @@ impl Out {
 /// after `timeout`.
 fn run_bounded(mut cmd: Command, timeout: Duration) -> Result<Out, String> {
     let desc = format!("{cmd:?}");
-    cmd.stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
+    cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
     let mut child = cmd.spawn().map_err(|e| format!("cannot run {desc}: {e}"))?;
     let mut so = child.stdout.take().expect("piped stdout");
     let mut se = child.stderr.take().expect("piped stderr");
@@ -111,9 +109,7 @@ fn run_bounded(mut cmd: Command, timeout: Duration) -> Result<Out, String> {
                 let _ = child.kill();
                 let _ = child.wait();
                 // The readers are left behind: a grandchild may still hold the pipes.
-                return Err(format!(
-                    "{desc} did not finish within {timeout:?}; killed it"
-                ));
+                return Err(format!("{desc} did not finish within {timeout:?}; killed it"));
             }
             Ok(None) => thread::sleep(Duration::from_millis(10)),
             Err(e) => return Err(format!("waiting for {desc}: {e}")),
@@ -121,11 +117,7 @@ fn run_bounded(mut cmd: Command, timeout: Duration) -> Result<Out, String> {
     };
     let stdout = String::from_utf8_lossy(&t_out.join().unwrap_or_default()).into_owned();
     let stderr = String::from_utf8_lossy(&t_err.join().unwrap_or_default()).into_owned();
-    Ok(Out {
-        status,
-        stdout,
-        stderr,
-    })
+    Ok(Out { status, stdout, stderr })
 }
 
 fn docker_cmd(args: &[&str]) -> Command {
@@ -142,22 +134,13 @@ fn docker(args: &[&str]) -> Out {
 /// A docker command that must succeed; returns its stdout.
 fn docker_ok(args: &[&str]) -> String {
     let out = docker(args);
-    assert!(
-        out.status.success(),
-        "docker {args:?} failed ({}):\n{}",
-        out.status,
-        out.text()
-    );
+    assert!(out.status.success(), "docker {args:?} failed ({}):\n{}", out.status, out.text());
     out.stdout
 }
 
 fn unique_name() -> String {
     static SEQ: AtomicUsize = AtomicUsize::new(0);
-    format!(
-        "drainit-test-{}-{}",
-        std::process::id(),
-        SEQ.fetch_add(1, Ordering::SeqCst)
-    )
+    format!("drainit-test-{}-{}", std::process::id(), SEQ.fetch_add(1, Ordering::SeqCst))
 }
 
 /// Polls `probe` every 100ms until it returns Some, or `timeout` passes.
@@ -197,21 +180,14 @@ fn check_prereqs() -> Result<Prereqs, String> {
     let busybox = find_busybox()?;
     let applets = busybox_applets(&busybox)?;
     let drainit = static_drainit()?;
-    Ok(Prereqs {
-        drainit,
-        busybox,
-        applets,
-    })
+    Ok(Prereqs { drainit, busybox, applets })
 }
 
 fn check_docker_engine() -> Result<(), String> {
     let hint = "tests/docker.rs needs a running Docker engine (start dockerd, or set \
                 DOCKER_HOST); it fails rather than skip";
-    let out = run_bounded(
-        docker_cmd(&["version", "--format", "{{.Server.Version}}"]),
-        Duration::from_secs(20),
-    )
-    .map_err(|e| format!("Docker engine not reachable: {e}. {hint}"))?;
+    let out = run_bounded(docker_cmd(&["version", "--format", "{{.Server.Version}}"]), Duration::from_secs(20))
+        .map_err(|e| format!("Docker engine not reachable: {e}. {hint}"))?;
     if !out.status.success() || out.stdout.trim().is_empty() {
         return Err(format!(
             "Docker engine not reachable: `docker version` exited {}: {} -- {hint}",
@@ -223,9 +199,7 @@ fn check_docker_engine() -> Result<(), String> {
 }
 
 fn find_busybox() -> Result<PathBuf, String> {
-    let path = PathBuf::from(
-        std::env::var_os("BUSYBOX_STATIC_BIN").unwrap_or_else(|| "/bin/busybox".into()),
-    );
+    let path = PathBuf::from(std::env::var_os("BUSYBOX_STATIC_BIN").unwrap_or_else(|| "/bin/busybox".into()));
     if !path.is_file() {
         return Err(format!(
             "no busybox at {}: install Debian's static one (`apt-get install -y busybox-static`) \
@@ -274,10 +248,7 @@ fn static_drainit() -> Result<PathBuf, String> {
         None => build_static_drainit()?,
     };
     if !is_static_elf(&path)? {
-        return Err(format!(
-            "{} is dynamically linked: it would not start in a FROM scratch image",
-            path.display()
-        ));
+        return Err(format!("{} is dynamically linked: it would not start in a FROM scratch image", path.display()));
     }
     Ok(path)
 }
@@ -302,25 +273,16 @@ fn build_static_drainit() -> Result<PathBuf, String> {
     let from_json = out
         .stdout
         .lines()
-        .filter(|l| {
-            l.contains(r#""reason":"compiler-artifact""#) && l.contains(r#""name":"drainit""#)
-        })
+        .filter(|l| l.contains(r#""reason":"compiler-artifact""#) && l.contains(r#""name":"drainit""#))
         .find_map(|l| {
             let start = l.find(r#""executable":""#)? + r#""executable":""#.len();
             let len = l[start..].find('"')?;
             Some(PathBuf::from(&l[start..start + len]))
         });
-    let path = from_json.unwrap_or_else(|| {
-        Path::new(MANIFEST_DIR)
-            .join("target")
-            .join(STATIC_TARGET)
-            .join("release/drainit")
-    });
+    let path =
+        from_json.unwrap_or_else(|| Path::new(MANIFEST_DIR).join("target").join(STATIC_TARGET).join("release/drainit"));
     if !path.is_file() {
-        return Err(format!(
-            "the static build succeeded but {} is missing",
-            path.display()
-        ));
+        return Err(format!("the static build succeeded but {} is missing", path.display()));
     }
     Ok(path)
 }
@@ -329,19 +291,14 @@ fn build_static_drainit() -> Result<PathBuf, String> {
 fn is_static_elf(path: &Path) -> Result<bool, String> {
     let b = fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
     if b.len() < 64 || &b[..4] != b"\x7fELF" || b[4] != 2 || b[5] != 1 {
-        return Err(format!(
-            "{} is not a 64-bit little-endian ELF file",
-            path.display()
-        ));
+        return Err(format!("{} is not a 64-bit little-endian ELF file", path.display()));
     }
     let u16_at = |o: usize| u16::from_le_bytes([b[o], b[o + 1]]) as usize;
     let phoff = u64::from_le_bytes(b[0x20..0x28].try_into().unwrap()) as usize;
     let (phentsize, phnum) = (u16_at(0x36), u16_at(0x38));
     for i in 0..phnum {
         let o = phoff + i * phentsize;
-        let p_type = b
-            .get(o..o + 4)
-            .ok_or_else(|| format!("{}: truncated ELF", path.display()))?;
+        let p_type = b.get(o..o + 4).ok_or_else(|| format!("{}: truncated ELF", path.display()))?;
         if u32::from_le_bytes(p_type.try_into().unwrap()) == 3 {
             return Ok(false); // PT_INTERP: needs a dynamic loader
         }
@@ -368,16 +325,14 @@ impl Context {
     fn path(&self, rel: &str) -> PathBuf {
         let p = self.dir.join(rel.trim_start_matches('/'));
         if let Some(parent) = p.parent() {
-            fs::create_dir_all(parent)
-                .unwrap_or_else(|e| panic!("mkdir {}: {e}", parent.display()));
+            fs::create_dir_all(parent).unwrap_or_else(|e| panic!("mkdir {}: {e}", parent.display()));
         }
         p
     }
 
     fn copy(&self, rel: &str, from: &Path) {
         let to = self.path(rel);
-        fs::copy(from, &to)
-            .unwrap_or_else(|e| panic!("cp {} {}: {e}", from.display(), to.display()));
+        fs::copy(from, &to).unwrap_or_else(|e| panic!("cp {} {}: {e}", from.display(), to.display()));
     }
 
     fn write(&self, rel: &str, text: &str, mode: u32) {
@@ -388,17 +343,10 @@ impl Context {
 
     fn build(self, dockerfile: &str) -> Image {
         self.write("Dockerfile", dockerfile, 0o644);
-        let image = Image {
-            tag: format!("{}:latest", unique_name()),
-        };
+        let image = Image { tag: format!("{}:latest", unique_name()) };
         let dir = self.dir.to_string_lossy().into_owned();
         let out = docker(&["build", "--quiet", "--tag", &image.tag, &dir]);
-        assert!(
-            out.status.success(),
-            "docker build of\n{dockerfile}\nfailed ({}):\n{}",
-            out.status,
-            out.text()
-        );
+        assert!(out.status.success(), "docker build of\n{dockerfile}\nfailed ({}):\n{}", out.status, out.text());
         image
     }
 }
@@ -426,9 +374,7 @@ struct Container {
 
 impl Container {
     fn new() -> Container {
-        Container {
-            name: unique_name(),
-        }
+        Container { name: unique_name() }
     }
 
     /// `docker run -d` of `image` with `env` and the worker command `args`.
@@ -464,21 +410,14 @@ impl Container {
     }
 
     fn inspect(&self, format: &str) -> String {
-        docker_ok(&["inspect", "--format", format, &self.name])
-            .trim()
-            .to_string()
+        docker_ok(&["inspect", "--format", format, &self.name]).trim().to_string()
     }
 
     fn state(&self) -> String {
-        docker(&[
-            "inspect",
-            "--format",
-            "{{.State.Status}} exit={{.State.ExitCode}}",
-            &self.name,
-        ])
-        .stdout
-        .trim()
-        .to_string()
+        docker(&["inspect", "--format", "{{.State.Status}} exit={{.State.ExitCode}}", &self.name])
+            .stdout
+            .trim()
+            .to_string()
     }
 
     /// `docker stop -t secs`; returns how long it took.
@@ -490,8 +429,7 @@ impl Container {
 
     fn exit_code(&self) -> i32 {
         let code = self.inspect("{{.State.ExitCode}}");
-        code.parse()
-            .unwrap_or_else(|_| panic!("bad exit code {code:?} for {}", self.name))
+        code.parse().unwrap_or_else(|_| panic!("bad exit code {code:?} for {}", self.name))
     }
 
     /// A file from the (possibly stopped) container, via `docker cp`.
@@ -508,23 +446,14 @@ impl Container {
 
     /// Every process in the container, read from /proc inside it.
     fn processes(&self) -> Vec<Proc> {
-        let out = docker(&[
-            "exec",
-            &self.name,
-            "sh",
-            "-c",
-            "cat /proc/[0-9]*/stat 2>/dev/null",
-        ]);
+        let out = docker(&["exec", &self.name, "sh", "-c", "cat /proc/[0-9]*/stat 2>/dev/null"]);
         out.stdout.lines().filter_map(Proc::parse).collect()
     }
 }
 
 impl Drop for Container {
     fn drop(&mut self) {
-        let _ = run_bounded(
-            docker_cmd(&["rm", "--force", "--volumes", &self.name]),
-            DOCKER_TIMEOUT,
-        );
+        let _ = run_bounded(docker_cmd(&["rm", "--force", "--volumes", &self.name]), DOCKER_TIMEOUT);
     }
 }
 
@@ -572,16 +501,9 @@ fn rig() -> Arc<Image> {
     }
     fs::create_dir_all(ctx.path("rootfs/tmp")).unwrap();
     ctx.copy("rootfs/usr/local/bin/drainit", &p.drainit);
-    ctx.copy(
-        "rootfs/usr/local/bin/sample-worker",
-        &Path::new(MANIFEST_DIR).join("examples/sample-worker/worker.sh"),
-    );
+    ctx.copy("rootfs/usr/local/bin/sample-worker", &Path::new(MANIFEST_DIR).join("examples/sample-worker/worker.sh"));
     ctx.write("rootfs/workers/ignore-term.sh", IGNORE_TERM_WORKER, 0o755);
-    ctx.write(
-        "rootfs/workers/usr1-grandchild.sh",
-        USR1_GRANDCHILD_WORKER,
-        0o755,
-    );
+    ctx.write("rootfs/workers/usr1-grandchild.sh", USR1_GRANDCHILD_WORKER, 0o755);
     ctx.write("rootfs/workers/orphans.sh", ORPHANS_WORKER, 0o755);
     let image = Arc::new(ctx.build(
         "FROM scratch\n\
@@ -618,10 +540,7 @@ fn example_final_stage() -> Vec<(String, String)> {
         let (op, args) = full.split_once(char::is_whitespace).unwrap_or((&full, ""));
         instructions.push((op.to_ascii_uppercase(), args.trim().to_string()));
     }
-    let last_from = instructions
-        .iter()
-        .rposition(|(op, _)| op == "FROM")
-        .expect("Dockerfile.example has no FROM");
+    let last_from = instructions.iter().rposition(|(op, _)| op == "FROM").expect("Dockerfile.example has no FROM");
     assert_eq!(
         instructions[last_from].1, "scratch",
         "Dockerfile.example's final stage must be FROM scratch (the test rebuilds it from local files)"
@@ -647,11 +566,7 @@ fn example_image() -> Image {
             Some(stage) => (Some(stage), &words[1..]),
             None => (None, &words[..]),
         };
-        assert_eq!(
-            srcdst.len(),
-            2,
-            "unexpected COPY in Dockerfile.example: COPY {args}"
-        );
+        assert_eq!(srcdst.len(), 2, "unexpected COPY in Dockerfile.example: COPY {args}");
         let (src, dst) = (srcdst[0], srcdst[1]);
         let local = match from_stage {
             Some(stage) => {
@@ -688,16 +603,10 @@ fn parse_duration(text: &str) -> Duration {
     let mut total = Duration::ZERO;
     let mut rest = text;
     while !rest.is_empty() {
-        let digits = rest
-            .find(|c: char| !c.is_ascii_digit())
-            .unwrap_or(rest.len());
-        let n: u64 = rest[..digits]
-            .parse()
-            .unwrap_or_else(|_| panic!("bad duration {text:?}"));
+        let digits = rest.find(|c: char| !c.is_ascii_digit()).unwrap_or(rest.len());
+        let n: u64 = rest[..digits].parse().unwrap_or_else(|_| panic!("bad duration {text:?}"));
         rest = &rest[digits..];
-        let unit = rest
-            .find(|c: char| c.is_ascii_digit())
-            .unwrap_or(rest.len());
+        let unit = rest.find(|c: char| c.is_ascii_digit()).unwrap_or(rest.len());
         total += match &rest[..unit] {
             "ms" => Duration::from_millis(n),
             "s" => Duration::from_secs(n),
@@ -711,16 +620,11 @@ fn parse_duration(text: &str) -> Duration {
 }
 
 fn env_value(env: &[(String, String)], key: &str) -> Option<Duration> {
-    env.iter()
-        .find(|(k, _)| k == key)
-        .map(|(_, v)| parse_duration(v))
+    env.iter().find(|(k, _)| k == key).map(|(_, v)| parse_duration(v))
 }
 
 fn assert_log_has(log: &str, needle: &str, what: &str) {
-    assert!(
-        log.contains(needle),
-        "{what}: expected {needle:?} in the log:\n{log}"
-    );
+    assert!(log.contains(needle), "{what}: expected {needle:?} in the log:\n{log}");
 }
 
 // ---------------------------------------------------------------------------
@@ -741,25 +645,12 @@ fn docker_run_passes_exit_codes_through() {
         let mut cmd = vec!["run", "--rm", "--name", &c.name, &image.tag];
         cmd.extend_from_slice(args);
         let out = docker(&cmd);
-        assert_eq!(
-            out.code(),
-            Some(want),
-            "docker run <image> {args:?}:\n{}",
-            out.text()
-        );
+        assert_eq!(out.code(), Some(want), "docker run <image> {args:?}:\n{}", out.text());
         if want == 127 {
             // Docker's own "cannot exec the entrypoint" is 127 too: this one must be drainit's.
-            assert!(
-                !out.stderr.contains("Error response from daemon"),
-                "{}",
-                out.text()
-            );
+            assert!(!out.stderr.contains("Error response from daemon"), "{}", out.text());
         } else {
-            assert_log_has(
-                &out.stderr,
-                &format!("event=exit code={want}"),
-                &format!("{args:?}"),
-            );
+            assert_log_has(&out.stderr, &format!("event=exit code={want}"), &format!("{args:?}"));
         }
     }
 }
@@ -769,33 +660,18 @@ fn docker_stop_lets_a_draining_worker_finish() {
     let image = rig();
     let c = Container::start(
         &image,
-        &[
-            ("DRAINIT_ORCHESTRATOR_TIMEOUT", "5s"),
-            ("SAMPLE_WORKER_STEP", "1"),
-        ],
+        &[("DRAINIT_ORCHESTRATOR_TIMEOUT", "5s"), ("SAMPLE_WORKER_STEP", "1")],
         &["/usr/local/bin/sample-worker"],
     );
     c.wait_for_log("sample-worker: ready", LOG_TIMEOUT);
     let took = c.stop(5);
     let log = c.logs();
-    assert_eq!(
-        c.exit_code(),
-        0,
-        "docker stop -t 5 took {took:?}; log:\n{log}"
-    );
-    let cleanup = c
-        .read_file("/state/cleanup.done")
-        .unwrap_or_else(|e| panic!("{e}; log:\n{log}"));
-    assert!(
-        cleanup.starts_with("stopped by SIGTERM"),
-        "cleanup file: {cleanup:?}"
-    );
+    assert_eq!(c.exit_code(), 0, "docker stop -t 5 took {took:?}; log:\n{log}");
+    let cleanup = c.read_file("/state/cleanup.done").unwrap_or_else(|e| panic!("{e}; log:\n{log}"));
+    assert!(cleanup.starts_with("stopped by SIGTERM"), "cleanup file: {cleanup:?}");
     assert_log_has(&log, "event=stop_requested signal=SIGTERM", "stop");
     assert_log_has(&log, "event=exit code=0", "stop");
-    assert!(
-        !log.contains("event=deadline_reached"),
-        "the worker drained in time, yet:\n{log}"
-    );
+    assert!(!log.contains("event=deadline_reached"), "the worker drained in time, yet:\n{log}");
 }
 
 #[test]
@@ -803,33 +679,19 @@ fn drainit_deadline_beats_docker_kill() {
     let image = rig();
     let c = Container::start(
         &image,
-        &[
-            ("DRAINIT_GRACE", "2s"),
-            ("DRAINIT_ORCHESTRATOR_TIMEOUT", "5s"),
-        ],
+        &[("DRAINIT_GRACE", "2s"), ("DRAINIT_ORCHESTRATOR_TIMEOUT", "5s")],
         &["sh", "/workers/ignore-term.sh"],
     );
     c.wait_for_log("ignore-term: ready", LOG_TIMEOUT);
     let took = c.stop(5);
     let log = c.logs();
-    assert_eq!(
-        c.exit_code(),
-        137,
-        "docker stop -t 5 took {took:?}; log:\n{log}"
-    );
-    assert_log_has(
-        &log,
-        "event=stop_requested signal=SIGTERM grace=2s",
-        "deadline",
-    );
+    assert_eq!(c.exit_code(), 137, "docker stop -t 5 took {took:?}; log:\n{log}");
+    assert_log_has(&log, "event=stop_requested signal=SIGTERM grace=2s", "deadline");
     assert_log_has(&log, "event=deadline_reached", "deadline");
     // Docker's own SIGKILL would leave no exit line: this one proves drainit
     // ended the worker and exited by itself, before Docker's 5s.
     assert_log_has(&log, "event=exit code=137", "deadline");
-    assert!(
-        took >= Duration::from_millis(1500),
-        "grace 2s, yet stopped after {took:?}:\n{log}"
-    );
+    assert!(took >= Duration::from_millis(1500), "grace 2s, yet stopped after {took:?}:\n{log}");
 }
 
 #[test]
@@ -840,11 +702,7 @@ fn docker_kill_usr1_reaches_a_grandchild() {
     docker_ok(&["kill", "--signal", "USR1", &c.name]);
     c.wait_for_log("grandchild: got USR1", Duration::from_secs(10));
     c.wait_for_log("worker: got USR1", Duration::from_secs(10));
-    assert!(
-        c.state().starts_with("running"),
-        "USR1 is no stop signal, yet {}",
-        c.state()
-    );
+    assert!(c.state().starts_with("running"), "USR1 is no stop signal, yet {}", c.state());
 }
 
 #[test]
@@ -856,20 +714,10 @@ fn orphans_are_reaped_inside_a_container() {
     let orphan = |p: &Proc| p.ppid == 1 && p.comm == "sleep";
     // (polled: a forked orphan may not have exec'd `sleep` yet)
     let orphans: Vec<String> = poll(Duration::from_secs(10), || {
-        let pids: Vec<String> = c
-            .processes()
-            .iter()
-            .filter(|p| orphan(p))
-            .map(|p| p.pid.to_string())
-            .collect();
+        let pids: Vec<String> = c.processes().iter().filter(|p| orphan(p)).map(|p| p.pid.to_string()).collect();
         (pids.len() == 20).then_some(pids)
     })
-    .unwrap_or_else(|| {
-        panic!(
-            "expected 20 orphaned sleeps under PID 1:\n{:#?}",
-            c.processes()
-        )
-    });
+    .unwrap_or_else(|| panic!("expected 20 orphaned sleeps under PID 1:\n{:#?}", c.processes()));
     let procs = c.processes();
     let pid1 = procs.iter().find(|p| p.pid == 1).map(|p| p.comm.as_str());
     assert_eq!(pid1, Some("drainit"), "PID 1 is not drainit:\n{procs:#?}");
@@ -883,26 +731,15 @@ fn orphans_are_reaped_inside_a_container() {
         let gone = !procs.is_empty() && procs.iter().all(|p| p.state != 'Z' && !orphan(p));
         gone.then_some(())
     });
-    assert!(
-        settled.is_some(),
-        "killed orphans still there (zombies?) after 10s:\n{:#?}",
-        c.processes()
-    );
-    assert!(
-        c.state().starts_with("running"),
-        "the worker should still run: {}",
-        c.state()
-    );
+    assert!(settled.is_some(), "killed orphans still there (zombies?) after 10s:\n{:#?}", c.processes());
+    assert!(c.state().starts_with("running"), "the worker should still run: {}", c.state());
 }
 
 #[test]
 fn dockerfile_example_final_stage_runs() {
     let image = example_image();
     let config = |format: &str| docker_ok(&["image", "inspect", "--format", format, &image.tag]);
-    assert_eq!(
-        config("{{json .Config.Entrypoint}}").trim(),
-        r#"["/usr/local/bin/drainit","--"]"#
-    );
+    assert_eq!(config("{{json .Config.Entrypoint}}").trim(), r#"["/usr/local/bin/drainit","--"]"#);
     assert_eq!(config("{{.Config.StopSignal}}").trim(), "SIGTERM");
     let env = config("{{json .Config.Env}}");
     for key in ["DRAINIT_ORCHESTRATOR_TIMEOUT=", "DRAINIT_GRACE="] {
@@ -916,13 +753,8 @@ fn dockerfile_example_final_stage_runs() {
     let took = c.stop(10);
     let log = c.logs();
     assert_eq!(c.exit_code(), 0, "docker stop took {took:?}; log:\n{log}");
-    let cleanup = c
-        .read_file("/state/cleanup.done")
-        .unwrap_or_else(|e| panic!("{e}; log:\n{log}"));
-    assert!(
-        cleanup.starts_with("stopped by SIGTERM"),
-        "cleanup file: {cleanup:?}"
-    );
+    let cleanup = c.read_file("/state/cleanup.done").unwrap_or_else(|e| panic!("{e}; log:\n{log}"));
+    assert!(cleanup.starts_with("stopped by SIGTERM"), "cleanup file: {cleanup:?}");
     assert_log_has(&log, "event=exit code=0", "example image");
 }
 
@@ -936,35 +768,21 @@ fn example_grace_settings_agree() {
         .filter(|(op, _)| op == "ENV")
         .flat_map(|(_, args)| {
             args.split_whitespace()
-                .filter_map(|kv| {
-                    kv.split_once('=')
-                        .map(|(k, v)| (k.to_string(), v.to_string()))
-                })
+                .filter_map(|kv| kv.split_once('=').map(|(k, v)| (k.to_string(), v.to_string())))
                 .collect::<Vec<_>>()
         })
         .collect();
-    let timeout =
-        env_value(&env, "DRAINIT_ORCHESTRATOR_TIMEOUT").expect("ENV DRAINIT_ORCHESTRATOR_TIMEOUT");
+    let timeout = env_value(&env, "DRAINIT_ORCHESTRATOR_TIMEOUT").expect("ENV DRAINIT_ORCHESTRATOR_TIMEOUT");
     let grace = env_value(&env, "DRAINIT_GRACE").expect("ENV DRAINIT_GRACE");
-    assert!(
-        grace + Duration::from_secs(1) <= timeout,
-        "Dockerfile.example: grace {grace:?}, timeout {timeout:?}"
-    );
+    assert!(grace + Duration::from_secs(1) <= timeout, "Dockerfile.example: grace {grace:?}, timeout {timeout:?}");
 
     // deploy/kubernetes.yaml: the timeout is what the preStop hook leaves of
     // terminationGracePeriodSeconds, and the grace ends >= 1s before it.
     let path = Path::new(MANIFEST_DIR).join("deploy/kubernetes.yaml");
     let yaml = fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    let lines: Vec<&str> = yaml
-        .lines()
-        .map(str::trim)
-        .filter(|l| !l.starts_with('#'))
-        .collect();
+    let lines: Vec<&str> = yaml.lines().map(str::trim).filter(|l| !l.starts_with('#')).collect();
     let after = |key: &str| -> &str {
-        let i = lines
-            .iter()
-            .position(|l| l.starts_with(key))
-            .unwrap_or_else(|| panic!("no {key}"));
+        let i = lines.iter().position(|l| l.starts_with(key)).unwrap_or_else(|| panic!("no {key}"));
         lines[i][key.len()..].trim()
     };
     let env_var = |name: &str| -> Duration {
@@ -972,30 +790,15 @@ fn example_grace_settings_agree() {
             .iter()
             .position(|l| *l == format!("- name: {name}"))
             .unwrap_or_else(|| panic!("kubernetes.yaml sets no {name}"));
-        parse_duration(
-            lines[i + 1]
-                .strip_prefix("value:")
-                .expect("value: after name:"),
-        )
+        parse_duration(lines[i + 1].strip_prefix("value:").expect("value: after name:"))
     };
-    let period = Duration::from_secs(
-        after("terminationGracePeriodSeconds:")
-            .parse()
-            .expect("seconds"),
-    );
+    let period = Duration::from_secs(after("terminationGracePeriodSeconds:").parse().expect("seconds"));
     let pre_stop = {
         let command = after("command:");
-        let secs = command
-            .trim_matches(|c| c == '[' || c == ']')
-            .split(',')
-            .next_back()
-            .unwrap();
+        let secs = command.trim_matches(|c| c == '[' || c == ']').split(',').next_back().unwrap();
         parse_duration(secs.trim().trim_matches('"'))
     };
-    assert!(
-        after("command:").contains("sleep"),
-        "the preStop hook is expected to be a sleep"
-    );
+    assert!(after("command:").contains("sleep"), "the preStop hook is expected to be a sleep");
     let k8s_timeout = env_var("DRAINIT_ORCHESTRATOR_TIMEOUT");
     let k8s_grace = env_var("DRAINIT_GRACE");
     assert_eq!(
@@ -1003,13 +806,7 @@ fn example_grace_settings_agree() {
         period,
         "kubernetes.yaml: DRAINIT_ORCHESTRATOR_TIMEOUT + preStop must equal terminationGracePeriodSeconds"
     );
-    assert!(
-        k8s_grace + Duration::from_secs(1) <= k8s_timeout,
-        "kubernetes.yaml: grace {k8s_grace:?}"
-    );
+    assert!(k8s_grace + Duration::from_secs(1) <= k8s_timeout, "kubernetes.yaml: grace {k8s_grace:?}");
     let step = env_var("SAMPLE_WORKER_STEP");
-    assert!(
-        step < k8s_grace,
-        "kubernetes.yaml: a step ({step:?}) must fit in the grace"
-    );
+    assert!(step < k8s_grace, "kubernetes.yaml: a step ({step:?}) must fit in the grace");
 }

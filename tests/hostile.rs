@@ -50,7 +50,11 @@ fn one_clear_line(log: &str, needle: &str) -> Result<(), String> {
 /// as A, B and C are up, leaving all of them to drainit.
 fn escapee_worker(dir: &Scratch) -> Vec<String> {
     let d = path_str(&dir.0);
-    std::fs::write(dir.path("a.sh"), "trap 'echo TERM > \"$1/A.term\"; exit 0' TERM; echo $$ > \"$1/A.pid\"; while :; do sleep 0.05; done\n").unwrap();
+    std::fs::write(
+        dir.path("a.sh"),
+        "trap 'echo TERM > \"$1/A.term\"; exit 0' TERM; echo $$ > \"$1/A.pid\"; while :; do sleep 0.05; done\n",
+    )
+    .unwrap();
     std::fs::write(dir.path("b.sh"), "trap '' TERM; echo $$ > \"$1/$2.pid\"; while :; do sleep 0.05; done\n").unwrap();
     std::fs::write(
         dir.path("c.sh"),
@@ -69,7 +73,11 @@ fn escapees_are_terminated_in_both_modes() {
     for mode in MODES {
         let dir = Scratch::new("escapees");
         let mut run = drainit(mode, escapee_worker(&dir)).spawn();
-        assert!(wait_until(secs(10), || dir.exists("D.pid")), "{mode:?}: C never got SIGTERM to start D; log:\n{}", run.log());
+        assert!(
+            wait_until(secs(10), || dir.exists("D.pid")),
+            "{mode:?}: C never got SIGTERM to start D; log:\n{}",
+            run.log()
+        );
         // Every process drainit answers for, in our pid numbering.
         let mut pids = descendants(run.pid);
         if mode == Mode::Subreaper {
@@ -81,7 +89,13 @@ fn escapees_are_terminated_in_both_modes() {
         // Still alive, and still ours (its command line names the scratch
         // directory): a `sleep` child or a reused pid is not a leftover.
         let left: Vec<i32> = pids.iter().copied().filter(|&p| alive_as(p, &path_str(&dir.0))).collect();
-        eprintln!("escapees {mode:?}: exit {:?} after {:?}; {} processes watched, {} alive after", ended.code, ended.after, pids.len(), left.len());
+        eprintln!(
+            "escapees {mode:?}: exit {:?} after {:?}; {} processes watched, {} alive after",
+            ended.code,
+            ended.after,
+            pids.len(),
+            left.len()
+        );
         assert_eq!(ended.code, Some(0), "{mode:?}: the worker's code; log:\n{}", run.log());
         assert!(dir.exists("A.term"), "{mode:?}: the escapee A never got drainit's SIGTERM");
         assert_eq!(run.count_events("deadline_reached"), 1, "{mode:?}: B and D ignore SIGTERM; log:\n{}", run.log());
@@ -116,7 +130,8 @@ fn fork_bomb_after_sigterm_is_ended_by_the_deadline() {
         let dir = Scratch::new("bomb-base");
         let ready = path_str(&dir.path("ready"));
         let script = format!("trap '' TERM; touch {ready}; while :; do sleep 0.05; done");
-        let mut run = drainit(Mode::Pid1, with_sh(&["--grace", "300ms", "--orchestrator-timeout", "2s"], &script)).spawn();
+        let mut run =
+            drainit(Mode::Pid1, with_sh(&["--grace", "300ms", "--orchestrator-timeout", "2s"], &script)).spawn();
         assert!(wait_until(secs(10), || dir.exists("ready")));
         let sent = Instant::now();
         run.signal(libc::SIGTERM);
@@ -128,7 +143,19 @@ fn fork_bomb_after_sigterm_is_ended_by_the_deadline() {
         {
             let dir = Scratch::new("bomb");
             let (ready, forks) = (path_str(&dir.path("ready")), path_str(&dir.path("forks")));
-            let args = ["--grace", "300ms", "--orchestrator-timeout", "2s", "--", &path_str(&bomb), "200", "8000", how, &ready, &forks];
+            let args = [
+                "--grace",
+                "300ms",
+                "--orchestrator-timeout",
+                "2s",
+                "--",
+                &path_str(&bomb),
+                "200",
+                "8000",
+                how,
+                &ready,
+                &forks,
+            ];
             let mut run = drainit(mode, args).spawn();
             assert!(wait_until(secs(10), || dir.exists("ready")), "{mode:?}: bomb not ready; {}", run.log());
             let sent = Instant::now();
@@ -212,13 +239,15 @@ fn subreaper_never_signals_a_reused_group_id() {
         "setsid sh -c \"trap '' TERM; echo \\$\\$ > {pidfile}; touch {up}; while :; do sleep 0.05; done\" & \
          while [ ! -e {up} ]; do sleep 0.01; done; exit 0"
     );
-    let mut run = drainit(Mode::Subreaper, with_sh(&["--grace", "3s", "--orchestrator-timeout", "4s"], &script)).spawn();
+    let mut run =
+        drainit(Mode::Subreaper, with_sh(&["--grace", "3s", "--orchestrator-timeout", "4s"], &script)).spawn();
     assert!(run.wait_log(&["event=child_exited"], secs(10)), "{}", run.log());
     let worker: i32 = run.events().iter().find(|e| e["event"] == "child_started").unwrap()["pid"].parse().unwrap();
     assert!(
-        wait_until(secs(5), || !exists(worker) && std::fs::read_dir("/proc").unwrap().flatten().all(|e| {
-            e.file_name().to_str().and_then(|p| p.parse::<i32>().ok()).and_then(pgid) != Some(worker)
-        })),
+        wait_until(secs(5), || !exists(worker)
+            && std::fs::read_dir("/proc").unwrap().flatten().all(|e| {
+                e.file_name().to_str().and_then(|p| p.parse::<i32>().ok()).and_then(pgid) != Some(worker)
+            })),
         "the worker's group {worker} lingers"
     );
     let Some(mut victim) = claim_pid(worker) else {
@@ -335,7 +364,10 @@ fn a_huge_environment_reaches_the_worker() {
         for mode in MODES {
             let dir = Scratch::new("env");
             let out = path_str(&dir.path("count"));
-            let mut builder = drainit(mode, sh(&format!("env | grep -c '^BIG_' > {out}; printf %s \"$BIG_{}\" | wc -c >> {out}", count - 1)));
+            let mut builder = drainit(
+                mode,
+                sh(&format!("env | grep -c '^BIG_' > {out}; printf %s \"$BIG_{}\" | wc -c >> {out}", count - 1)),
+            );
             let value = "x".repeat(size - 12);
             for i in 0..count {
                 builder = builder.env(&format!("BIG_{i:06}"), &value);
@@ -450,7 +482,19 @@ fn backoff_run(mode: Mode, first: &str) -> Builder {
     let script = format!("if [ \"$DRAINIT_ATTEMPT\" = 1 ]; then {first}; exit 75; fi; exit 0");
     drainit(
         mode,
-        with_sh(&["--backoff-delay", "100ms", "--backoff-max-delay", "200ms", "--grace", "1s", "--orchestrator-timeout", "2s"], &script),
+        with_sh(
+            &[
+                "--backoff-delay",
+                "100ms",
+                "--backoff-max-delay",
+                "200ms",
+                "--grace",
+                "1s",
+                "--orchestrator-timeout",
+                "2s",
+            ],
+            &script,
+        ),
     )
 }
 
@@ -462,8 +506,20 @@ fn read_only(dir: &std::path::Path) -> impl FnMut() -> std::io::Result<()> + Sen
         // live as long as the closure.
         unsafe {
             if libc::unshare(libc::CLONE_NEWNS) != 0
-                || libc::mount(c"none".as_ptr(), c"/".as_ptr(), std::ptr::null(), libc::MS_REC | libc::MS_PRIVATE, std::ptr::null()) != 0
-                || libc::mount(target.as_ptr(), target.as_ptr(), std::ptr::null(), libc::MS_BIND | libc::MS_REC, std::ptr::null()) != 0
+                || libc::mount(
+                    c"none".as_ptr(),
+                    c"/".as_ptr(),
+                    std::ptr::null(),
+                    libc::MS_REC | libc::MS_PRIVATE,
+                    std::ptr::null(),
+                ) != 0
+                || libc::mount(
+                    target.as_ptr(),
+                    target.as_ptr(),
+                    std::ptr::null(),
+                    libc::MS_BIND | libc::MS_REC,
+                    std::ptr::null(),
+                ) != 0
                 || libc::mount(
                     std::ptr::null(),
                     target.as_ptr(),
@@ -542,7 +598,9 @@ fn a_retry_after_directory_or_garbage_is_one_warning() {
 fn a_retry_after_fifo_does_not_wedge_drainit() {
     for mode in MODES {
         let dir = Scratch::new("ra-fifo");
-        let mut run = backoff_run(mode, "mkfifo \"$DRAINIT_RETRY_AFTER_FILE\"").env("DRAINIT_RETRY_AFTER_FILE", dir.path("ra")).spawn();
+        let mut run = backoff_run(mode, "mkfifo \"$DRAINIT_RETRY_AFTER_FILE\"")
+            .env("DRAINIT_RETRY_AFTER_FILE", dir.path("ra"))
+            .spawn();
         assert!(run.wait_log(&["event=child_exited", "code=75"], secs(10)), "{}", run.log());
         std::thread::sleep(ms(300));
         let sent = Instant::now();
@@ -552,7 +610,11 @@ fn a_retry_after_fifo_does_not_wedge_drainit() {
             status = run.try_ended().then_some(());
             status.is_some()
         });
-        assert!(ended, "{mode:?}: drainit is stuck opening the FIFO (no signal, no reaping, no deadline); log:\n{}", run.log());
+        assert!(
+            ended,
+            "{mode:?}: drainit is stuck opening the FIFO (no signal, no reaping, no deadline); log:\n{}",
+            run.log()
+        );
         let ended = run.wait(secs(1));
         eprintln!("fifo {mode:?}: exit {:?} {:?} after SIGTERM", ended.code, sent.elapsed());
         assert!(
@@ -670,7 +732,10 @@ fn unprivileged(uid: u32, nproc: u64) -> impl FnMut() -> std::io::Result<()> + S
 fn rlimit_nproc_at_spawn_is_125_with_one_line() {
     let uid = idle_uid();
     // The limit counts drainit itself: 1 lets it exec but not fork.
-    let mut run = drainit(Mode::Subreaper, ["--", "true"]).env("DRAINIT_RETRY_AFTER_FILE", "/nonexistent/ra").before_exec(unprivileged(uid, 1)).spawn();
+    let mut run = drainit(Mode::Subreaper, ["--", "true"])
+        .env("DRAINIT_RETRY_AFTER_FILE", "/nonexistent/ra")
+        .before_exec(unprivileged(uid, 1))
+        .spawn();
     let ended = run.wait(secs(10));
     let log = run.log();
     eprintln!("nproc: uid {uid}, exit {:?}; log:\n{log}", ended.code);

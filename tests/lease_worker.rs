@@ -121,10 +121,7 @@ fn poll_until<T>(what: &str, limit: Duration, mut f: impl FnMut() -> Option<T>) 
         if let Some(v) = f() {
             return v;
         }
-        assert!(
-            Instant::now() < end,
-            "timed out after {limit:?} waiting for {what}"
-        );
+        assert!(Instant::now() < end, "timed out after {limit:?} waiting for {what}");
         thread::sleep(POLL);
     }
 }
@@ -143,17 +140,12 @@ impl Watchdog {
         let name = name.to_string();
         let handle = thread::spawn(move || {
             if let Err(mpsc::RecvTimeoutError::Timeout) = rx.recv_timeout(limit) {
-                eprintln!(
-                    "WATCHDOG: test {name} still running after {limit:?}; killing its processes"
-                );
+                eprintln!("WATCHDOG: test {name} still running after {limit:?}; killing its processes");
                 kill_everything_mentioning(&needle);
                 std::process::exit(101);
             }
         });
-        Watchdog {
-            tx: Some(tx),
-            handle: Some(handle),
-        }
+        Watchdog { tx: Some(tx), handle: Some(handle) }
     }
 }
 
@@ -180,14 +172,8 @@ struct Sandbox {
 
 impl Sandbox {
     fn new(name: &str, stale: &'static str, jobs: u32) -> Self {
-        let nanos = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap()
-            .as_nanos();
-        let dir = std::env::temp_dir().join(format!(
-            "drainit-lease-worker-{name}-{}-{nanos}",
-            std::process::id()
-        ));
+        let nanos = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos();
+        let dir = std::env::temp_dir().join(format!("drainit-lease-worker-{name}-{}-{nanos}", std::process::id()));
         fs::create_dir_all(&dir).unwrap();
         let watchdog = Watchdog::new(name, Duration::from_secs(90), dir.display().to_string());
         let sb = Sandbox {
@@ -199,11 +185,7 @@ impl Sandbox {
             _watchdog: watchdog,
         };
         let out = sb.tool("init", &["--jobs", &jobs.to_string()]);
-        assert!(
-            out.status.success(),
-            "init failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        assert!(out.status.success(), "init failed: {}", String::from_utf8_lossy(&out.stderr));
         sb
     }
 
@@ -251,11 +233,7 @@ impl Sandbox {
 
     fn status(&self) -> Status {
         let out = self.tool("status", &[]);
-        assert!(
-            out.status.success(),
-            "status failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        assert!(out.status.success(), "status failed: {}", String::from_utf8_lossy(&out.stderr));
         Status::parse(&String::from_utf8_lossy(&out.stdout))
     }
 
@@ -263,10 +241,7 @@ impl Sandbox {
         let out = self.tool("sweep", &[]);
         let err = String::from_utf8_lossy(&out.stderr).to_string();
         assert!(out.status.success(), "sweep failed: {err}");
-        let line = err
-            .lines()
-            .find(|l| l.contains("event=sweep "))
-            .expect("sweep summary line");
+        let line = err.lines().find(|l| l.contains("event=sweep ")).expect("sweep summary line");
         (kv(line)["requeued"].parse().unwrap(), err)
     }
 
@@ -280,26 +255,15 @@ impl Sandbox {
         } else {
             Command::new(DRAINIT)
         };
-        c.args(drainit_args)
-            .arg("--")
-            .arg("python3")
-            .arg(worker_py())
-            .arg("run");
+        c.args(drainit_args).arg("--").arg("python3").arg(worker_py()).arg("run");
         c.args(self.common_args()).args(worker_args);
         for (k, _) in std::env::vars() {
             if k.starts_with("DRAINIT_") || k.starts_with("LEASE_") {
                 c.env_remove(&k);
             }
         }
-        let log = fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.log_path(n))
-            .unwrap();
-        c.current_dir(&self.dir)
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log);
+        let log = fs::OpenOptions::new().create(true).append(true).open(self.log_path(n)).unwrap();
+        c.current_dir(&self.dir).stdin(Stdio::null()).stdout(log.try_clone().unwrap()).stderr(log);
         c.spawn().expect("spawn drainit")
     }
 
@@ -435,10 +399,7 @@ impl Status {
 /// Every drainit line with `event=NAME`, as key/value maps, in order.
 fn drainit_events(log: &str, name: &str) -> Vec<HashMap<String, String>> {
     let tag = format!("event={name}");
-    log.lines()
-        .filter(|l| l.starts_with("drainit:") && l.split_whitespace().any(|w| w == tag))
-        .map(kv)
-        .collect()
+    log.lines().filter(|l| l.starts_with("drainit:") && l.split_whitespace().any(|w| w == tag)).map(kv).collect()
 }
 
 fn line_index(log: &str, pred: impl Fn(&str) -> bool) -> Option<usize> {
@@ -466,34 +427,20 @@ fn sigterm_mid_job_hands_the_job_back() {
 
     let t0 = Instant::now();
     send(drainit.id(), libc::SIGTERM);
-    let st = wait_exit(&mut drainit, Duration::from_secs(8)).unwrap_or_else(|| {
-        panic!(
-            "drainit still running 8s after SIGTERM (grace 5s); log:\n{}",
-            sb.read_log(1)
-        )
-    });
+    let st = wait_exit(&mut drainit, Duration::from_secs(8))
+        .unwrap_or_else(|| panic!("drainit still running 8s after SIGTERM (grace 5s); log:\n{}", sb.read_log(1)));
     let took = t0.elapsed();
     let log = sb.read_log(1);
     assert_eq!(code_of(st), 0, "drainit exit status {st:?}; log:\n{log}");
-    assert!(
-        took < Duration::from_millis(2500),
-        "drainit took {took:?} of a 5s grace; log:\n{log}"
-    );
+    assert!(took < Duration::from_millis(2500), "drainit took {took:?} of a 5s grace; log:\n{log}");
     sb.assert_nothing_left("after drainit exited");
 
     let stop = drainit_events(&log, "stop_requested");
     assert_eq!(stop.len(), 1, "one stop_requested expected; log:\n{log}");
     assert_eq!(stop[0]["signal"], "SIGTERM");
-    assert!(
-        drainit_events(&log, "deadline_reached").is_empty(),
-        "no deadline expected; log:\n{log}"
-    );
+    assert!(drainit_events(&log, "deadline_reached").is_empty(), "no deadline expected; log:\n{log}");
     let exit = drainit_events(&log, "exit");
-    assert_eq!(
-        exit.last().map(|e| e["code"].as_str()),
-        Some("0"),
-        "log:\n{log}"
-    );
+    assert_eq!(exit.last().map(|e| e["code"].as_str()), Some("0"), "log:\n{log}");
     let wexit = log
         .lines()
         .find(|l| l.starts_with("lease-worker: event=exit "))
@@ -507,10 +454,7 @@ fn sigterm_mid_job_hands_the_job_back() {
     let s = sb.status();
     assert_eq!(s.running, 0, "{s:?}");
     assert_eq!(s.queued + s.done, JOBS, "a job was lost: {s:?}");
-    assert!(
-        s.queued >= 1,
-        "the in-flight job should be back in the queue: {s:?}"
-    );
+    assert!(s.queued >= 1, "the in-flight job should be back in the queue: {s:?}");
     assert_eq!(s.completions, s.done, "{s:?}");
     assert_eq!(s.duplicates, 0, "{s:?}");
     assert_eq!(s.leases.len(), 1);
@@ -525,49 +469,28 @@ fn sigterm_mid_job_hands_the_job_back() {
 #[test]
 fn sigkill_of_the_namespace_then_restart_backs_off_and_reclaims() {
     // SAFETY: geteuid has no preconditions.
-    assert_eq!(
-        unsafe { libc::geteuid() },
-        0,
-        "this scenario needs root (unshare --pid)"
-    );
+    assert_eq!(unsafe { libc::geteuid() }, 0, "this scenario needs root (unshare --pid)");
     let sb = Sandbox::new("sigkill", "3s", JOBS);
     let worker_args = ["--heartbeat", "300ms", "--step", "100ms", "--steps", "4"];
-    let drainit_args = [
-        "--grace",
-        "3s",
-        "--orchestrator-timeout",
-        "10s",
-        "--backoff-timeout",
-        "30s",
-    ];
+    let drainit_args = ["--grace", "3s", "--orchestrator-timeout", "10s", "--backoff-timeout", "30s"];
     let mut unshare = sb.spawn(1, true, &drainit_args, &worker_args);
 
     // drainit is unshare's child, PID 1 inside the namespace.
-    let pid1 = poll_until(
-        "drainit as unshare's child",
-        Duration::from_secs(10),
-        || {
-            children_of(unshare.id()).into_iter().find(|&c| {
-                fs::read_link(format!("/proc/{c}/exe"))
-                    .map(|p| p.file_name().is_some_and(|n| n == "drainit"))
-                    .unwrap_or(false)
-            })
-        },
-    );
+    let pid1 = poll_until("drainit as unshare's child", Duration::from_secs(10), || {
+        children_of(unshare.id()).into_iter().find(|&c| {
+            fs::read_link(format!("/proc/{c}/exe"))
+                .map(|p| p.file_name().is_some_and(|n| n == "drainit"))
+                .unwrap_or(false)
+        })
+    });
     let before = sb.wait_mid_job(1);
-    let interrupted: Vec<u32> = before
-        .jobs
-        .iter()
-        .filter(|j| j.status == "running")
-        .map(|j| j.id)
-        .collect();
+    let interrupted: Vec<u32> = before.jobs.iter().filter(|j| j.status == "running").map(|j| j.id).collect();
     assert_eq!(interrupted.len(), 1);
 
     send(pid1, libc::SIGKILL);
     // unshare exits once its child is gone. (Its status is not checked: util-linux 2.38
     // tries to re-raise the child's SIGKILL on itself, fails, and exits 1.)
-    wait_exit(&mut unshare, Duration::from_secs(10))
-        .expect("unshare exits once its child is killed");
+    wait_exit(&mut unshare, Duration::from_secs(10)).expect("unshare exits once its child is killed");
     assert!(
         fs::metadata(format!("/proc/{pid1}")).is_err() || proc_state(pid1) == Some('Z'),
         "drainit (pid {pid1}) survived SIGKILL"
@@ -575,21 +498,14 @@ fn sigkill_of_the_namespace_then_restart_backs_off_and_reclaims() {
     // The kernel killed everything in the namespace with its PID 1.
     sb.assert_nothing_left("after SIGKILL of the namespace's PID 1");
     let s = sb.status();
-    assert_eq!(
-        s.running, 1,
-        "the killed worker's job is left running: {s:?}"
-    );
+    assert_eq!(s.running, 1, "the killed worker's job is left running: {s:?}");
     assert_eq!(s.leases[0]["state"], "fresh", "{s:?}");
 
     // A fresh container at once.
     let t0 = Instant::now();
     let mut unshare = sb.spawn(2, true, &drainit_args, &worker_args);
-    let st = wait_exit(&mut unshare, Duration::from_secs(40)).unwrap_or_else(|| {
-        panic!(
-            "restarted run did not finish in 40s; log:\n{}",
-            sb.read_log(2)
-        )
-    });
+    let st = wait_exit(&mut unshare, Duration::from_secs(40))
+        .unwrap_or_else(|| panic!("restarted run did not finish in 40s; log:\n{}", sb.read_log(2)));
     let took = t0.elapsed();
     let log = sb.read_log(2);
     assert_eq!(code_of(st), 0, "restarted drainit {st:?}; log:\n{log}");
@@ -600,66 +516,36 @@ fn sigkill_of_the_namespace_then_restart_backs_off_and_reclaims() {
     assert!(started.len() >= 2, "expected a restart; log:\n{log}");
     assert_eq!(started[0]["attempt"], "1", "log:\n{log}");
     let exited = drainit_events(&log, "child_exited");
-    assert_eq!(
-        exited[0].get("code").map(String::as_str),
-        Some("75"),
-        "log:\n{log}"
-    );
+    assert_eq!(exited[0].get("code").map(String::as_str), Some("75"), "log:\n{log}");
     assert_eq!(exited[0]["pid"], started[0]["pid"], "log:\n{log}");
     let backoff = drainit_events(&log, "backoff");
     assert!(!backoff.is_empty(), "no backoff event; log:\n{log}");
     assert_eq!(backoff[0]["code"], "75", "log:\n{log}");
-    assert!(
-        log.contains("lease-worker: event=lease_busy"),
-        "log:\n{log}"
-    );
+    assert!(log.contains("lease-worker: event=lease_busy"), "log:\n{log}");
     // A later attempt reclaims the stale lease, after the backoff.
     let i_backoff = line_index(&log, |l| l.starts_with("drainit: event=backoff")).unwrap();
-    let i_reclaim = line_index(&log, |l| {
-        l.starts_with("lease-worker: event=lease_reclaimed")
-    })
-    .unwrap_or_else(|| panic!("no lease_reclaimed; log:\n{log}"));
+    let i_reclaim = line_index(&log, |l| l.starts_with("lease-worker: event=lease_reclaimed"))
+        .unwrap_or_else(|| panic!("no lease_reclaimed; log:\n{log}"));
     assert!(i_backoff < i_reclaim, "reclaim before backoff? log:\n{log}");
     let reclaim = kv(log.lines().nth(i_reclaim).unwrap());
-    assert_eq!(
-        reclaim["requeued"], "1",
-        "the dead worker's job is requeued; log:\n{log}"
-    );
+    assert_eq!(reclaim["requeued"], "1", "the dead worker's job is requeued; log:\n{log}");
     assert!(
         reclaim["token"].parse::<u32>().unwrap() > reclaim["old_token"].parse::<u32>().unwrap(),
         "fencing token must grow; log:\n{log}"
     );
-    assert_eq!(
-        drainit_events(&log, "exit")
-            .last()
-            .map(|e| e["code"].clone()),
-        Some("0".into())
-    );
-    assert!(
-        drainit_events(&log, "backoff_exhausted").is_empty(),
-        "log:\n{log}"
-    );
+    assert_eq!(drainit_events(&log, "exit").last().map(|e| e["code"].clone()), Some("0".into()));
+    assert!(drainit_events(&log, "backoff_exhausted").is_empty(), "log:\n{log}");
 
     let s = sb.status();
     assert_eq!(s.done, JOBS, "every job done: {s:?}");
     assert_eq!(s.running, 0, "{s:?}");
-    assert_eq!(
-        s.completions, JOBS,
-        "each job completed exactly once: {s:?}"
-    );
+    assert_eq!(s.completions, JOBS, "each job completed exactly once: {s:?}");
     assert_eq!(s.duplicates, 0, "{s:?}");
     for j in &s.jobs {
-        assert_eq!(
-            j.completions, 1,
-            "job {} completed {} times",
-            j.id, j.completions
-        );
+        assert_eq!(j.completions, 1, "job {} completed {} times", j.id, j.completions);
     }
     let again = s.jobs.iter().find(|j| j.id == interrupted[0]).unwrap();
-    assert_eq!(
-        again.attempts, 2,
-        "the interrupted job ran twice, finished once: {again:?}"
-    );
+    assert_eq!(again.attempts, 2, "the interrupted job ran twice, finished once: {again:?}");
     assert_eq!(s.leases[0]["state"], "released", "{s:?}");
     eprintln!("[sigkill] restarted run took {took:?}");
 }
@@ -675,20 +561,9 @@ fn ignored_sigterm_hits_the_deadline_and_the_sweeper_recovers() {
         1,
         false,
         &["--grace", "1s", "--orchestrator-timeout", "3s"],
-        &[
-            "--heartbeat",
-            "300ms",
-            "--step",
-            "1s",
-            "--steps",
-            "30",
-            "--ignore-sigterm",
-            "--long-step",
-        ],
+        &["--heartbeat", "300ms", "--step", "1s", "--steps", "30", "--ignore-sigterm", "--long-step"],
     );
-    sb.wait_log(1, "the long step", Duration::from_secs(20), |l| {
-        l.contains("event=long_step")
-    });
+    sb.wait_log(1, "the long step", Duration::from_secs(20), |l| l.contains("event=long_step"));
 
     let t0 = Instant::now();
     send(drainit.id(), libc::SIGTERM);
@@ -697,42 +572,18 @@ fn ignored_sigterm_hits_the_deadline_and_the_sweeper_recovers() {
     let took = t0.elapsed();
     let Some(st) = st else {
         send(drainit.id(), libc::SIGKILL);
-        panic!(
-            "orchestrator timeout (3s) reached before drainit exited; log:\n{}",
-            sb.read_log(1)
-        );
+        panic!("orchestrator timeout (3s) reached before drainit exited; log:\n{}", sb.read_log(1));
     };
     let log = sb.read_log(1);
     assert_eq!(code_of(st), 137, "drainit {st:?}; log:\n{log}");
-    assert!(
-        took >= Duration::from_millis(900),
-        "deadline came early: {took:?}; log:\n{log}"
-    );
+    assert!(took >= Duration::from_millis(900), "deadline came early: {took:?}; log:\n{log}");
     sb.assert_nothing_left("after the deadline");
-    assert_eq!(
-        drainit_events(&log, "deadline_reached").len(),
-        1,
-        "log:\n{log}"
-    );
+    assert_eq!(drainit_events(&log, "deadline_reached").len(), 1, "log:\n{log}");
     let exited = drainit_events(&log, "child_exited");
-    let sig = exited
-        .last()
-        .and_then(|e| e.get("signal"))
-        .map(String::as_str);
-    assert!(
-        matches!(sig, Some("SIGKILL" | "KILL" | "9")),
-        "the worker should have died of SIGKILL; log:\n{log}"
-    );
-    assert_eq!(
-        drainit_events(&log, "exit")
-            .last()
-            .map(|e| e["code"].clone()),
-        Some("137".into())
-    );
-    assert!(
-        !log.contains("lease-worker: event=exit"),
-        "the worker must not have exited by itself"
-    );
+    let sig = exited.last().and_then(|e| e.get("signal")).map(String::as_str);
+    assert!(matches!(sig, Some("SIGKILL" | "KILL" | "9")), "the worker should have died of SIGKILL; log:\n{log}");
+    assert_eq!(drainit_events(&log, "exit").last().map(|e| e["code"].clone()), Some("137".into()));
+    assert!(!log.contains("lease-worker: event=exit"), "the worker must not have exited by itself");
 
     // The job is stuck in `running`. The sweeper keeps sweeping: while the lease is
     // fresh it must leave the job alone, and when it requeues it the lease it judged
@@ -740,24 +591,17 @@ fn ignored_sigterm_hits_the_deadline_and_the_sweeper_recovers() {
     let s = sb.status();
     assert_eq!(s.running, 1, "{s:?}");
     let mut sweeps_while_fresh = 0;
-    poll_until(
-        "the sweeper to requeue the orphan",
-        Duration::from_secs(15),
-        || {
-            let (n, out) = sb.sweep();
-            for line in out.lines().filter(|l| l.contains("event=requeued ")) {
-                let age: f64 = kv(line)["lease_age"].trim_end_matches('s').parse().unwrap();
-                assert!(
-                    age >= 3.0,
-                    "requeued under a fresh lease (stale is 3s):\n{out}"
-                );
-            }
-            if n == 0 {
-                sweeps_while_fresh += 1;
-            }
-            (n == 1).then_some(())
-        },
-    );
+    poll_until("the sweeper to requeue the orphan", Duration::from_secs(15), || {
+        let (n, out) = sb.sweep();
+        for line in out.lines().filter(|l| l.contains("event=requeued ")) {
+            let age: f64 = kv(line)["lease_age"].trim_end_matches('s').parse().unwrap();
+            assert!(age >= 3.0, "requeued under a fresh lease (stale is 3s):\n{out}");
+        }
+        if n == 0 {
+            sweeps_while_fresh += 1;
+        }
+        (n == 1).then_some(())
+    });
     eprintln!("[deadline] {sweeps_while_fresh} sweeps found the lease still fresh");
     // A second sweep changes nothing.
     let (n, out) = sb.sweep();

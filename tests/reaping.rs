@@ -33,7 +33,8 @@ fn double_forked_orphans_leave_no_zombie() {
 
 #[test]
 fn orphans_of_the_worker_are_reaped_with_their_status() {
-    let mut run = drainit(Mode::Pid1, with_sh(&["-v"], "(sh -c 'exit 9' &); (sh -c 'kill -USR1 $$' &); sleep 1")).spawn();
+    let mut run =
+        drainit(Mode::Pid1, with_sh(&["-v"], "(sh -c 'exit 9' &); (sh -c 'kill -USR1 $$' &); sleep 1")).spawn();
     assert_eq!(run.wait(secs(10)).code, Some(0), "{}", run.log());
     let log = run.log();
     assert!(log.contains("code=9") && log.contains("signal=SIGUSR1 code=138"), "{log}");

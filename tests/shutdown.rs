@@ -9,7 +9,14 @@ fn worker_ignoring_sigterm_is_killed_at_the_deadline() {
     for mode in MODES {
         let dir = Scratch::new("deadline");
         let ready = path_str(&dir.path("ready"));
-        let mut run = drainit(mode, with_sh(&["--grace", "1s", "--orchestrator-timeout", "3s"], &format!("trap '' TERM; touch {ready}; while :; do sleep 0.05; done"))).spawn();
+        let mut run = drainit(
+            mode,
+            with_sh(
+                &["--grace", "1s", "--orchestrator-timeout", "3s"],
+                &format!("trap '' TERM; touch {ready}; while :; do sleep 0.05; done"),
+            ),
+        )
+        .spawn();
         assert!(wait_until(secs(10), || dir.exists("ready")));
         let sent = std::time::Instant::now();
         run.signal(libc::SIGTERM);
@@ -29,7 +36,11 @@ fn worker_ignoring_sigterm_is_killed_at_the_deadline() {
 fn a_second_stop_signal_does_not_move_the_deadline() {
     let dir = Scratch::new("second");
     let ready = path_str(&dir.path("ready"));
-    let mut run = drainit(Mode::Subreaper, with_sh(&["--grace", "1500ms"], &format!("trap '' TERM INT; touch {ready}; while :; do sleep 0.05; done"))).spawn();
+    let mut run = drainit(
+        Mode::Subreaper,
+        with_sh(&["--grace", "1500ms"], &format!("trap '' TERM INT; touch {ready}; while :; do sleep 0.05; done")),
+    )
+    .spawn();
     assert!(wait_until(secs(10), || dir.exists("ready")));
     let sent = std::time::Instant::now();
     run.signal(libc::SIGTERM);
@@ -47,7 +58,8 @@ fn orderly_stop_exits_with_the_workers_code_well_inside_the_grace() {
     for mode in MODES {
         let dir = Scratch::new("orderly");
         let (ready, done) = (path_str(&dir.path("ready")), path_str(&dir.path("done")));
-        let script = format!("trap 'sleep 0.3; touch {done}; exit 0' TERM; touch {ready}; while :; do sleep 0.05; done");
+        let script =
+            format!("trap 'sleep 0.3; touch {done}; exit 0' TERM; touch {ready}; while :; do sleep 0.05; done");
         let mut run = drainit(mode, with_sh(&["--grace", "5s"], &script)).spawn();
         assert!(wait_until(secs(10), || dir.exists("ready")));
         run.signal(libc::SIGTERM);
@@ -113,7 +125,8 @@ fn subreaper_kills_a_descendant_that_left_the_group() {
         "setsid sh -c \"trap '' TERM; echo \\$\\$ > {pidfile}; touch {up}; while :; do sleep 0.05; done\" & \
          while [ ! -e {up} ]; do sleep 0.01; done; exit 0"
     );
-    let mut run = drainit(Mode::Subreaper, with_sh(&["--grace", "1s", "--orchestrator-timeout", "2s"], &script)).spawn();
+    let mut run =
+        drainit(Mode::Subreaper, with_sh(&["--grace", "1s", "--orchestrator-timeout", "2s"], &script)).spawn();
     let ended = run.wait(secs(10));
     assert_eq!(ended.code, Some(0), "{}", run.log());
     let pid: i32 = dir.read("pid").trim().parse().unwrap();

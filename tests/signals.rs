@@ -23,7 +23,9 @@ fn signals_reach_a_grandchild_in_the_group() {
         let (file, ready) = (path_str(&dir.path("got")), path_str(&dir.path("ready")));
         let mut run = drainit(mode, sh(&recorder(&file, &ready, &["HUP", "USR1", "USR2", "WINCH", "CONT"]))).spawn();
         assert!(wait_until(secs(10), || dir.exists("ready")), "{mode:?} worker not ready; {}", run.log());
-        for (sig, name) in [(libc::SIGHUP, "HUP"), (libc::SIGUSR1, "USR1"), (libc::SIGUSR2, "USR2"), (libc::SIGWINCH, "WINCH")] {
+        for (sig, name) in
+            [(libc::SIGHUP, "HUP"), (libc::SIGUSR1, "USR1"), (libc::SIGUSR2, "USR2"), (libc::SIGWINCH, "WINCH")]
+        {
             run.signal(sig);
             assert!(
                 wait_until(secs(5), || dir.lines("got").contains(&name.to_string())),
@@ -93,8 +95,7 @@ fn signal_sent_right_after_start_is_not_lost() {
         for round in 0..10 {
             let dir = Scratch::new("early");
             let file = path_str(&dir.path("got"));
-            let mut run =
-                drainit(mode, sh(&format!("trap 'echo USR1 > {file}; exit 0' USR1; sleep 5 & wait"))).spawn();
+            let mut run = drainit(mode, sh(&format!("trap 'echo USR1 > {file}; exit 0' USR1; sleep 5 & wait"))).spawn();
             // Send as soon as drainit has its signals blocked (before that, a
             // signal would hit drainit itself, not the worker-to-be).
             assert!(wait_until(secs(5), || sig_blocked(run.pid)), "drainit never blocked signals");

@@ -85,29 +85,31 @@ fn storm(pidfd: &Arc<Pidfd>, kinds: &[i32], total: u64, threads: u64, past_total
                 Arc::clone(pidfd),
                 Arc::clone(&stop),
             );
-            thread::spawn(move || loop {
-                if stop.load(Ordering::Relaxed) {
-                    return;
-                }
-                let i = next.fetch_add(1, Ordering::Relaxed);
-                if i >= total && (!past_total || start.elapsed() > secs(2)) {
-                    return;
-                }
-                let sig = if i % 97 == 96 { libc::SIGCHLD } else { kinds[(i as usize) % kinds.len()] };
-                match pidfd.send(sig) {
-                    Ok(()) => {
-                        accepted.fetch_add(1, Ordering::Relaxed);
-                        sent_kind[sig as usize].store(true, Ordering::Relaxed);
-                        if STOPS.contains(&sig) {
-                            first_stop.get_or_init(Instant::now);
-                        }
-                    }
-                    Err(libc::ESRCH) => {
-                        gone.get_or_init(Instant::now);
+            thread::spawn(move || {
+                loop {
+                    if stop.load(Ordering::Relaxed) {
                         return;
                     }
-                    Err(_) => {
-                        refused.fetch_add(1, Ordering::Relaxed);
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    if i >= total && (!past_total || start.elapsed() > secs(2)) {
+                        return;
+                    }
+                    let sig = if i % 97 == 96 { libc::SIGCHLD } else { kinds[(i as usize) % kinds.len()] };
+                    match pidfd.send(sig) {
+                        Ok(()) => {
+                            accepted.fetch_add(1, Ordering::Relaxed);
+                            sent_kind[sig as usize].store(true, Ordering::Relaxed);
+                            if STOPS.contains(&sig) {
+                                first_stop.get_or_init(Instant::now);
+                            }
+                        }
+                        Err(libc::ESRCH) => {
+                            gone.get_or_init(Instant::now);
+                            return;
+                        }
+                        Err(_) => {
+                            refused.fetch_add(1, Ordering::Relaxed);
+                        }
                     }
                 }
             })
@@ -162,7 +164,11 @@ fn signal_storm_without_stop_signals_then_a_final_sigterm() {
         // (signal(7)); in an interleaved storm SIGCONT may vanish that way.
         // It must still get through once the storm is over.
         let missing = |except: &[i32]| {
-            s.kinds.iter().copied().filter(|k| *k != libc::SIGCHLD && !except.contains(k) && !seen(&dir).contains(k)).collect::<Vec<_>>()
+            s.kinds
+                .iter()
+                .copied()
+                .filter(|k| *k != libc::SIGCHLD && !except.contains(k) && !seen(&dir).contains(k))
+                .collect::<Vec<_>>()
         };
         let all_seen = wait_until(secs(15), || missing(&[libc::SIGCONT]).is_empty());
         let after = memory_kib(run.pid);
@@ -178,7 +184,12 @@ fn signal_storm_without_stop_signals_then_a_final_sigterm() {
             before.1,
             after.1
         );
-        assert!(all_seen, "{mode:?}: kinds sent but never seen by the worker: {:?}; log:\n{}", missing(&[libc::SIGCONT]), run.log());
+        assert!(
+            all_seen,
+            "{mode:?}: kinds sent but never seen by the worker: {:?}; log:\n{}",
+            missing(&[libc::SIGCONT]),
+            run.log()
+        );
         pidfd.send(libc::SIGCONT).unwrap();
         assert!(wait_until(secs(5), || missing(&[]).is_empty()), "{mode:?}: SIGCONT after the storm not seen");
         assert!(!seen(&dir).contains(&libc::SIGCHLD), "{mode:?}: drainit forwarded SIGCHLD");
@@ -220,7 +231,8 @@ fn signal_storm_with_stop_signals_then_a_final_sigterm() {
         let s = storm(&pidfd, &kinds, 10_000, 4, false);
         let first_stop = s.first_stop.expect("a stop signal was sent");
         // SIGCONT excepted: stop signals sent after it cancel it (see above).
-        let missing = || kinds.iter().copied().filter(|k| *k != libc::SIGCONT && !seen(&dir).contains(k)).collect::<Vec<_>>();
+        let missing =
+            || kinds.iter().copied().filter(|k| *k != libc::SIGCONT && !seen(&dir).contains(k)).collect::<Vec<_>>();
         let all_seen = wait_until(grace - ms(500), || missing().is_empty());
         assert!(all_seen, "{mode:?}: never seen by the worker within the grace: {:?}; log:\n{}", missing(), run.log());
         std::thread::sleep((first_stop + SECOND).saturating_duration_since(Instant::now()));
@@ -240,7 +252,10 @@ fn signal_storm_with_stop_signals_then_a_final_sigterm() {
         );
         assert_eq!(ended.code, Some(137), "{mode:?}: the deadline's SIGKILL ended the worker; log:\n{}", run.log());
         assert!(after >= grace - ms(50), "{mode:?}: ended {after:?} after the first stop, before the grace");
-        assert!(after < grace + ms(700), "{mode:?}: ended {after:?} after the first stop: the clock restarted or ran late");
+        assert!(
+            after < grace + ms(700),
+            "{mode:?}: ended {after:?} after the first stop: the clock restarted or ran late"
+        );
         assert!(!seen(&dir).contains(&libc::SIGCHLD), "{mode:?}: drainit forwarded SIGCHLD");
         assert_eq!(run.count_events("stop_requested"), 1, "{mode:?}: the clock starts once");
         assert_eq!(run.count_events("deadline_reached"), 1, "{mode:?}: {}", run.log());
@@ -277,7 +292,10 @@ fn the_deadline_holds_while_a_storm_goes_on() {
         // the main thread does, polling (a backlog of queued signals can
         // take drainit a while; wait long enough to measure it).
         let gone = s.gone.unwrap_or_else(|| {
-            eprintln!("storm-on {mode:?}: drainit outlived the storm ({:?} after the first stop signal)", storm_end - first_stop);
+            eprintln!(
+                "storm-on {mode:?}: drainit outlived the storm ({:?} after the first stop signal)",
+                storm_end - first_stop
+            );
             wait_until(secs(12), || pidfd.exited());
             Instant::now()
         });
@@ -307,8 +325,13 @@ fn the_deadline_holds_while_a_storm_goes_on() {
         assert_eq!(ended.code, Some(137), "{mode:?}: the deadline's SIGKILL ended the worker; log:\n{}", run.log());
         assert!(early < ms(50), "{mode:?}: drainit ended {early:?} before its deadline");
         assert!(late < ms(500), "{mode:?}: drainit ended {late:?} after its deadline, under the storm");
-        let missing: Vec<i32> = kinds.iter().copied().filter(|&k| k < 32 && k != libc::SIGCONT && !seen(&dir).contains(&k)).collect();
-        assert!(missing.is_empty(), "{mode:?}: standard kinds never seen by the worker: {missing:?}; log:\n{}", run.log());
+        let missing: Vec<i32> =
+            kinds.iter().copied().filter(|&k| k < 32 && k != libc::SIGCONT && !seen(&dir).contains(&k)).collect();
+        assert!(
+            missing.is_empty(),
+            "{mode:?}: standard kinds never seen by the worker: {missing:?}; log:\n{}",
+            run.log()
+        );
         assert!(!seen(&dir).contains(&libc::SIGCHLD), "{mode:?}: drainit forwarded SIGCHLD");
         assert_eq!(run.count_events("stop_requested"), 1, "{mode:?}: the clock starts once");
         check_log_end(&run.log(), 137).unwrap();
@@ -333,7 +356,10 @@ fn zombie_storm_is_reaped_without_growing() {
         thread::sleep(ms(100));
         let before = memory_kib(run.pid);
         let reaped = |run: &Running| run.log().matches("event=reaped ").count() as u64;
-        assert!(wait_until(secs(120), || dir.exists("done") && !dir.read("done").is_empty()), "{mode:?}: orphans not made");
+        assert!(
+            wait_until(secs(120), || dir.exists("done") && !dir.read("done").is_empty()),
+            "{mode:?}: orphans not made"
+        );
         let all = wait_until(secs(20), || reaped(&run) >= total);
         let zombies_gone = wait_until(secs(5), || zombie_children(run.pid).is_empty());
         let after = memory_kib(run.pid);

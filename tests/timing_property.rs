@@ -85,8 +85,8 @@ fn case() -> impl Strategy<Value = Case> {
     ];
     let on_term = prop_oneof![Just(OnTerm::Clean), Just(OnTerm::Ignore), Just(OnTerm::Die)];
     let leftover = prop_oneof![Just(Leftover::None), Just(Leftover::Polite), Just(Leftover::Stubborn)];
-    let signals = prop::collection::vec((0u64..=WINDOW_MS, prop::sample::select(&SIGNALS[..])), 0..4)
-        .prop_map(|mut v| {
+    let signals =
+        prop::collection::vec((0u64..=WINDOW_MS, prop::sample::select(&SIGNALS[..])), 0..4).prop_map(|mut v| {
             v.sort();
             v
         });
@@ -110,8 +110,12 @@ fn script(c: &Case, dir: &Scratch) -> String {
     };
     let leftover = match c.leftover {
         Leftover::None => String::new(),
-        Leftover::Polite => format!("setsid sh -c 'echo $$ >> {pids}; trap \"exit 0\" TERM; while :; do sleep 0.05; done' & "),
-        Leftover::Stubborn => format!("setsid sh -c 'echo $$ >> {pids}; trap \"\" TERM; while :; do sleep 0.05; done' & "),
+        Leftover::Polite => {
+            format!("setsid sh -c 'echo $$ >> {pids}; trap \"exit 0\" TERM; while :; do sleep 0.05; done' & ")
+        }
+        Leftover::Stubborn => {
+            format!("setsid sh -c 'echo $$ >> {pids}; trap \"\" TERM; while :; do sleep 0.05; done' & ")
+        }
     };
     let first = match c.first {
         First::Backoff { run_ms, sleep_ms } => format!(
@@ -169,7 +173,10 @@ fn truthful_code(events: &[HashMap<String, String>], status: &[String], sent: &[
             None => {
                 let line = format!("{attempt} {}", e["code"]);
                 if !status.contains(&line) {
-                    return Err(format!("log says attempt {attempt} exited {}, the worker recorded {status:?}", e["code"]));
+                    return Err(format!(
+                        "log says attempt {attempt} exited {}, the worker recorded {status:?}",
+                        e["code"]
+                    ));
                 }
             }
             Some(sig) if sig == "SIGKILL" => {
@@ -191,7 +198,10 @@ fn truthful_code(events: &[HashMap<String, String>], status: &[String], sent: &[
     let x: i32 = events[ce]["code"].parse().map_err(|_| "bad code")?;
     let after = &events[ce..];
     let stop_code = |from: usize| -> Result<i32, String> {
-        let stop = events[from..].iter().find(|e| e["event"] == "stop_requested").ok_or("no stop signal after the worker's exit")?;
+        let stop = events[from..]
+            .iter()
+            .find(|e| e["event"] == "stop_requested")
+            .ok_or("no stop signal after the worker's exit")?;
         Ok(128 + signo(&stop["signal"]).ok_or("not a stop signal")?)
     };
     if after.iter().any(|e| e["event"] == "backoff_exhausted") {
@@ -245,10 +255,13 @@ fn run_case(c: &Case) -> Result<(), TestCaseError> {
     let ended = run.wait(secs(10));
     let took = t0.elapsed();
     let log = run.log();
-    let code = ended.code.ok_or_else(|| TestCaseError::fail(format!("drainit died of signal {:?}; log:\n{log}", ended.signal)))?;
+    let code = ended
+        .code
+        .ok_or_else(|| TestCaseError::fail(format!("drainit died of signal {:?}; log:\n{log}", ended.signal)))?;
     check_log_end(&log, code).map_err(TestCaseError::fail)?;
     let status = dir.lines("status");
-    let want = truthful_code(&run.events(), &status, &sent).map_err(|e| TestCaseError::fail(format!("{e}; log:\n{log}")))?;
+    let want =
+        truthful_code(&run.events(), &status, &sent).map_err(|e| TestCaseError::fail(format!("{e}; log:\n{log}")))?;
     prop_assert_eq!(code, want, "exit code; worker recorded {:?}; log:\n{}", status, log);
     // The final SIGTERM at FINAL_MS ends everything by its deadline.
     let bound = ms(FINAL_MS + GRACE_MS) + ms(1500);

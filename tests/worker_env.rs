@@ -91,4 +91,3 @@ fn rust_log_does_not_configure_drainit() {
     quiet.wait(secs(10));
     assert_eq!(quiet.log(), "");
 }
-
