@@ -4,7 +4,7 @@
 // expect or panic outside tests (checked by `cargo clippy` in CI; release
 // builds abort on panic, so one would take the container down).
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
-// drainit's entry point is the C `main` below, not std's.
+// drainit's entry point is the C `main` in sys.rs, not std's.
 #![cfg_attr(not(test), no_main)]
 // The unit tests exercise the parts; the wiring below is only for the binary.
 #![cfg_attr(test, allow(dead_code))]
@@ -22,22 +22,13 @@ mod supervisor;
 mod sys;
 mod tty;
 
+use std::ffi::OsString;
 use std::io::Write;
 use std::process::exit;
 
-/// Entered directly from libc, skipping std's runtime start-up: that asks
-/// glibc for the main thread's stack bounds (pthread_getattr_np parses
-/// /proc/self/maps: a sixth of drainit's start-up instructions) for stack
-/// overflow reports, and installs SIGSEGV/SIGBUS/SIGPIPE dispositions that
-/// drainit resets anyway. std still finds argv and the environment (glibc
-/// hands them to its init hook).
-#[cfg(not(test))]
-#[unsafe(no_mangle)]
-extern "C" fn main(_argc: libc::c_int, _argv: *const *const libc::c_char) -> libc::c_int {
-    run()
-}
-
-fn run() -> ! {
+/// Everything, in order; `sys::main`, drainit's entry point, calls it with
+/// the command line.
+fn run(args: Vec<OsString>) -> ! {
     // Block signals first: a SIGTERM that reaches PID 1 before it is blocked
     // and read would be discarded by the kernel (init ignores default actions).
     let signals = match signals::SignalSource::install() {
@@ -47,7 +38,7 @@ fn run() -> ! {
             exit(event_loop::FAILED);
         }
     };
-    let config = match config::parse(std::env::args_os()) {
+    let config = match config::parse(args) {
         Ok(config) => config,
         Err(stop @ config::Stop::Info(_)) => {
             let text = stop.to_string();

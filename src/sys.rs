@@ -2,12 +2,35 @@
 //! in the shape drainit needs. Each wrapper is safe to call and states the
 //! invariant that makes its `unsafe` block sound.
 
-use std::ffi::CString;
+use std::ffi::{CStr, CString, OsString};
 use std::os::fd::{AsRawFd, BorrowedFd};
+use std::os::unix::ffi::OsStrExt;
 use std::ptr;
 
 use nix::errno::Errno;
+use nix::sys::signal::SigSet;
 use nix::unistd::{ForkResult, Pid};
+
+/// drainit's entry point, called by libc's start-up code. Starting here
+/// rather than in std's `main` skips std's runtime start-up: that asks libc
+/// for the main thread's stack bounds (glibc parses /proc/self/maps: a sixth
+/// of drainit's start-up instructions) for stack overflow reports, and
+/// installs SIGSEGV/SIGBUS/SIGPIPE dispositions that drainit resets anyway.
+/// The arguments come from here, not from std: std finds them by itself on
+/// glibc, but on musl only when it owns `main`.
+#[cfg(not(test))]
+#[unsafe(no_mangle)]
+extern "C" fn main(argc: libc::c_int, argv: *const *const libc::c_char) -> libc::c_int {
+    let args = (0..usize::try_from(argc).unwrap_or(0))
+        .map(|i| {
+            // SAFETY: C's start-up passes argc pointers in argv, each to a
+            // NUL-terminated string that lives as long as the process.
+            let arg = unsafe { CStr::from_ptr(*argv.add(i)) };
+            std::ffi::OsStr::from_bytes(arg.to_bytes()).to_os_string()
+        })
+        .collect::<Vec<OsString>>();
+    crate::run(args)
+}
 
 /// fork(2).
 pub fn fork() -> nix::Result<ForkResult> {
@@ -82,15 +105,14 @@ pub fn wait_any_nohang() -> nix::Result<Option<Waited>> {
     Ok((pid > 0).then(|| Waited { pid: Pid::from_raw(pid), status }))
 }
 
-/// Highest signal number of this libc (SIGRTMAX, 64 on Linux).
-pub fn sigrtmax() -> i32 {
-    libc::SIGRTMAX()
-}
+/// The highest signal number on Linux.
+pub const SIGRTMAX: i32 = 64;
 
-/// Lowest real-time signal number usable by applications (SIGRTMIN).
-pub fn sigrtmin() -> i32 {
-    libc::SIGRTMIN()
-}
+/// The first real-time signal, as glibc, bash and `kill -l` number it (the
+/// kernel's 32 and 33 are glibc's own). Fixed, not libc's SIGRTMIN(): musl
+/// keeps 34 too and says 35, and `RTMIN+1` must name the same signal in
+/// the glibc and the musl build, whatever libc the worker uses.
+pub const SIGRTMIN: i32 = 34;
 
 /// Set every signal's disposition to SIG_DFL. drainit never installs a
 /// handler (it reads signals from a signalfd), so this undoes only what it
@@ -107,7 +129,7 @@ pub fn reset_signal_dispositions() {
     // flags, empty mask. 32 bytes covers the x86_64 layout (with
     // sa_restorer) and the generic one (without); zero reads the same in both.
     let default = [0u64; 4];
-    for signo in 1..=sigrtmax() {
+    for signo in 1..=SIGRTMAX {
         if signo == libc::SIGKILL || signo == libc::SIGSTOP {
             continue;
         }
@@ -118,19 +140,32 @@ pub fn reset_signal_dispositions() {
     }
 }
 
-/// Every signal except those whose bit (1 << (signo - 1)) is set in
-/// `taken`. nix's SigSet can only remove the standard signals it names.
-pub fn all_signals_but(taken: u64) -> nix::sys::signal::SigSet {
-    let mut set = *nix::sys::signal::SigSet::all().as_ref();
-    for signo in 1..=sigrtmax().min(64) {
-        if taken & (1 << (signo - 1)) != 0 {
-            // SAFETY: set is an initialized sigset_t owned here; a number
-            // out of range is EINVAL, nothing more.
-            unsafe { libc::sigdelset(&mut set, signo) };
-        }
-    }
-    // SAFETY: set came from sigfillset and was changed only by sigdelset.
-    unsafe { nix::sys::signal::SigSet::from_sigset_t_unchecked(set) }
+/// The signals whose bit (1 << (signo - 1)) is set in `bits`. Built by
+/// hand: libc's sigaddset and sigfillset leave out the signals libc keeps
+/// for itself (glibc 32 and 33, musl 32 to 34), and drainit must block and
+/// read those too, or a `kill -34` would end it instead of reaching the
+/// worker.
+pub fn signal_set(bits: u64) -> SigSet {
+    const { assert!(size_of::<libc::sigset_t>() >= 8 && cfg!(target_endian = "little")) };
+    let mut set = *SigSet::empty().as_ref();
+    // SAFETY: sigset_t (glibc and musl alike) is an array of unsigned longs
+    // holding the kernel's mask first: on a little-endian target its first
+    // 8 bytes are signals 1 to 64, bit signo - 1, and it has at least 8
+    // bytes (checked above). The write stays inside `set`, owned here.
+    unsafe { ptr::write_unaligned((&raw mut set).cast::<u64>(), bits) };
+    // SAFETY: every bit pattern of the mask is a valid set of signals.
+    unsafe { SigSet::from_sigset_t_unchecked(set) }
+}
+
+/// Replace the calling thread's signal mask with `set`, through the raw
+/// syscall: glibc's sigprocmask quietly leaves 32 and 33 unblocked.
+pub fn set_signal_mask(set: &SigSet) -> nix::Result<()> {
+    // SAFETY: the new mask points to a sigset_t alive for the call, whose
+    // first 8 bytes are the kernel's mask (see signal_set); the old mask is
+    // not requested; 8 is the kernel's sigset size.
+    let rc =
+        unsafe { libc::syscall(libc::SYS_rt_sigprocmask, libc::SIG_SETMASK, set.as_ref(), ptr::null_mut::<u8>(), 8) };
+    Errno::result(rc).map(drop)
 }
 
 /// TIOCSCTTY: make the terminal on `fd` the controlling terminal of the

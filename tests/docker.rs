@@ -5,10 +5,11 @@
 //! - a reachable Docker engine (`docker version` must reach the server);
 //! - a static busybox at /bin/busybox (Debian: `apt-get install -y busybox-static`),
 //!   or the path in `BUSYBOX_STATIC_BIN`, for the shell workers;
-//! - the static drainit. The tests build it themselves with the documented
+//! - the static drainit. The tests build it themselves as the README documents
+//!   (a no-op when up to date): `cargo build --release --target
+//!   x86_64-unknown-linux-musl` when that target is installed, else
 //!   `RUSTFLAGS='-C target-feature=+crt-static' cargo build --release --target
-//!   x86_64-unknown-linux-gnu` (a no-op when up to date), unless
-//!   `DRAINIT_STATIC_BIN` names a prebuilt static binary.
+//!   x86_64-unknown-linux-gnu`; or `DRAINIT_STATIC_BIN` names a prebuilt one.
 //!
 //! No image is pulled: each image is built FROM scratch out of a temporary
 //! context. Images and containers are named `drainit-test-<pid>-<n>` and removed
@@ -26,7 +27,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 const MANIFEST_DIR: &str = env!("CARGO_MANIFEST_DIR");
-const STATIC_TARGET: &str = "x86_64-unknown-linux-gnu";
+const MUSL: &str = "x86_64-unknown-linux-musl";
+const GNU: &str = "x86_64-unknown-linux-gnu";
 /// Bound on one ordinary docker command (run, stop, build of a tiny context).
 const DOCKER_TIMEOUT: Duration = Duration::from_secs(60);
 /// Bound on waiting for a line in a container's log.
@@ -253,19 +255,29 @@ fn static_drainit() -> Result<PathBuf, String> {
     Ok(path)
 }
 
+/// The static build's target and RUSTFLAGS: musl (static by itself) when
+/// rustup installed its std, else glibc with +crt-static.
+fn static_build() -> (&'static str, &'static str) {
+    let rustc = std::env::var_os("RUSTC").unwrap_or_else(|| "rustc".into());
+    let sysroot = Command::new(rustc).args(["--print", "sysroot"]).output().ok();
+    let musl_std =
+        sysroot.map(|o| PathBuf::from(String::from_utf8_lossy(&o.stdout).trim()).join("lib/rustlib").join(MUSL));
+    if musl_std.is_some_and(|dir| dir.is_dir()) { (MUSL, "") } else { (GNU, "-C target-feature=+crt-static") }
+}
+
 fn build_static_drainit() -> Result<PathBuf, String> {
+    let (target, rustflags) = static_build();
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let mut cmd = Command::new(cargo);
-    cmd.args(["build", "--release", "--target", STATIC_TARGET])
+    cmd.args(["build", "--release", "--target", target])
         .arg("--message-format=json-render-diagnostics")
-        .env("RUSTFLAGS", "-C target-feature=+crt-static")
+        .env("RUSTFLAGS", rustflags)
         .env_remove("CARGO_ENCODED_RUSTFLAGS")
         .current_dir(MANIFEST_DIR);
     let out = run_bounded(cmd, Duration::from_secs(900))?;
     if !out.status.success() {
         return Err(format!(
-            "the static build `RUSTFLAGS='-C target-feature=+crt-static' cargo build --release \
-             --target {STATIC_TARGET}` failed ({}):\n{}",
+            "the static build `RUSTFLAGS='{rustflags}' cargo build --release --target {target}` failed ({}):\n{}",
             out.status, out.stderr
         ));
     }
@@ -279,8 +291,7 @@ fn build_static_drainit() -> Result<PathBuf, String> {
             let len = l[start..].find('"')?;
             Some(PathBuf::from(&l[start..start + len]))
         });
-    let path =
-        from_json.unwrap_or_else(|| Path::new(MANIFEST_DIR).join("target").join(STATIC_TARGET).join("release/drainit"));
+    let path = from_json.unwrap_or_else(|| Path::new(MANIFEST_DIR).join("target").join(target).join("release/drainit"));
     if !path.is_file() {
         return Err(format!("the static build succeeded but {} is missing", path.display()));
     }
