@@ -2,9 +2,8 @@
 //! in the shape drainit needs. Each wrapper is safe to call and states the
 //! invariant that makes its `unsafe` block sound.
 
-use std::ffi::{CStr, CString, OsString};
+use std::ffi::CString;
 use std::os::fd::{AsRawFd, BorrowedFd};
-use std::os::unix::ffi::OsStrExt;
 use std::ptr;
 
 use nix::errno::Errno;
@@ -21,14 +20,15 @@ use nix::unistd::{ForkResult, Pid};
 #[cfg(not(test))]
 #[unsafe(no_mangle)]
 extern "C" fn main(argc: libc::c_int, argv: *const *const libc::c_char) -> libc::c_int {
+    use std::os::unix::ffi::OsStrExt;
     let args = (0..usize::try_from(argc).unwrap_or(0))
         .map(|i| {
             // SAFETY: C's start-up passes argc pointers in argv, each to a
             // NUL-terminated string that lives as long as the process.
-            let arg = unsafe { CStr::from_ptr(*argv.add(i)) };
+            let arg = unsafe { std::ffi::CStr::from_ptr(*argv.add(i)) };
             std::ffi::OsStr::from_bytes(arg.to_bytes()).to_os_string()
         })
-        .collect::<Vec<OsString>>();
+        .collect();
     crate::run(args)
 }
 
