@@ -3,10 +3,12 @@
 
 use std::time::Duration;
 
+use nix::errno::Errno;
 use nix::poll::{PollFd, PollFlags, ppoll};
 use nix::sys::signal::{SigSet, SigmaskHow, Signal, sigprocmask};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 use nix::sys::time::TimeSpec;
+use nix::unistd::read;
 
 use crate::sys;
 
@@ -119,6 +121,11 @@ impl Rewrite {
     }
 }
 
+/// Offsets in a signalfd record (struct signalfd_siginfo) of the signal
+/// number and the sender's pid.
+const SSI_SIGNO: usize = 0;
+const SSI_PID: usize = 12;
+
 /// Every signal, as a mask for `sys::signal_set` (bit signo - 1). SIGKILL
 /// and SIGSTOP in it are ignored by the kernel.
 const ALL: u64 = u64::MAX;
@@ -145,7 +152,7 @@ impl SignalSource {
     pub fn wait(&self, timeout: Option<Duration>) -> nix::Result<()> {
         let mut fds = [PollFd::new(std::os::fd::AsFd::as_fd(&self.fd), PollFlags::POLLIN)];
         match ppoll(&mut fds, timeout.map(TimeSpec::from), None) {
-            Ok(_) | Err(nix::errno::Errno::EINTR) => Ok(()),
+            Ok(_) | Err(Errno::EINTR) => Ok(()),
             Err(e) => Err(e),
         }
     }
@@ -159,30 +166,49 @@ impl SignalSource {
     /// the kernel sends SIGPIPE, with drainit as the sender, when a log line
     /// meets a closed stderr pipe, and forwarding (then logging) it would
     /// raise the next one, forever.
+    ///
+    /// One read takes up to a batch of records: when it returns fewer than
+    /// it had room for, nothing more is pending, and no read is spent on
+    /// finding that out.
     pub fn drain(&self, max: usize, mut each: impl FnMut(Signo)) -> nix::Result<()> {
+        const RECORD: usize = size_of::<libc::signalfd_siginfo>();
+        const BATCH: usize = 16;
+        let mut buf = [0u8; BATCH * RECORD];
         let mut taken: u64 = 0; // bit signo - 1
+        let mut masked: u64 = 0; // what the signalfd leaves out now
         let mut narrowed = false;
+        let mut left = max;
         let mut outcome = Ok(());
-        for _ in 0..max {
-            let info = match self.fd.read_signal() {
-                Ok(Some(info)) => info,
-                Ok(None) => break,
+        while left > 0 {
+            let room = left.min(BATCH) * RECORD;
+            let got = match read(&self.fd, &mut buf[..room]) {
+                Ok(got) => got,
+                Err(Errno::EAGAIN) => break,
                 Err(e) => {
                     outcome = Err(e);
                     break;
                 }
             };
-            let sig = info.ssi_signo as Signo;
-            let bit = 1u64.checked_shl(info.ssi_signo.saturating_sub(1)).unwrap_or(0);
-            narrowed |= taken & bit != 0;
-            taken |= bit;
-            if narrowed {
-                // Real-time signals queue: the instances left behind wait for
-                // the next call, none is lost.
-                outcome = outcome.and(self.fd.set_mask(&sys::signal_set(ALL & !taken)));
+            for record in buf[..got].chunks_exact(RECORD) {
+                left -= 1;
+                let field =
+                    |at: usize| u32::from_ne_bytes([record[at], record[at + 1], record[at + 2], record[at + 3]]);
+                let (signo, pid) = (field(SSI_SIGNO), field(SSI_PID));
+                let bit = 1u64.checked_shl(signo.saturating_sub(1)).unwrap_or(0);
+                narrowed |= taken & bit != 0;
+                taken |= bit;
+                if narrowed && masked != taken {
+                    // Real-time signals queue: the instances left behind wait
+                    // for the next call, none is lost.
+                    outcome = outcome.and(self.fd.set_mask(&sys::signal_set(ALL & !taken)));
+                    masked = taken;
+                }
+                if pid != self.me {
+                    each(signo as Signo);
+                }
             }
-            if info.ssi_pid != self.me {
-                each(sig);
+            if got < room {
+                break;
             }
         }
         if narrowed {

@@ -1,23 +1,22 @@
-//! The only fork and exec: the worker becomes the leader of a new session
-//! (its own process group, so the whole group can be signalled), takes the
-//! terminal when there is one, gets an empty signal mask, and execs with
-//! execvp semantics. An exec failure travels back over a close-on-exec pipe
-//! so that drainit can tell 127 (not found) from 126 (not executable) from
-//! a worker that merely exited with those codes.
+//! The only spawn: the worker becomes the leader of a new session (its own
+//! process group, so the whole group can be signalled), takes the terminal
+//! when there is one, gets an empty signal mask, and execs with execvp
+//! semantics. An exec failure is reported by the child itself (see
+//! `sys::spawn`), so that drainit can tell 127 (not found) from 126 (not
+//! executable) from a worker that merely exited with those codes.
 
 use std::ffi::{CString, OsString};
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::AsFd;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
 use nix::errno::Errno;
-use nix::fcntl::OFlag;
-use nix::unistd::{ForkResult, pipe2, read, setsid, write};
+use nix::unistd::setsid;
 
 use crate::events::Event;
 use crate::retry_after;
 use crate::signals;
-use crate::sys::{self, ExecArgs};
+use crate::sys::{self, ChildStack, ExecArgs};
 
 pub const ATTEMPT_VAR: &str = "DRAINIT_ATTEMPT";
 
@@ -27,7 +26,8 @@ pub enum SpawnError {
     Exec {
         errno: Errno,
     },
-    /// drainit's own step failed: "fork", or "pipe" for the exec report.
+    /// drainit's own step failed: "fork" (the clone that makes the worker),
+    /// or "stack" for the stack it starts on.
     Setup {
         what: &'static str,
         errno: Errno,
@@ -49,6 +49,7 @@ impl SpawnError {
 pub struct Spawner {
     command: String,
     exec: ExecArgs,
+    stack: Option<ChildStack>,
     take_tty: bool,
 }
 
@@ -62,30 +63,31 @@ impl Spawner {
         sys::set_env(retry_after::VAR, retry_after.as_os_str());
         Ok(Spawner {
             command: command.first().map(|c| c.to_string_lossy().into_owned()).unwrap_or_default(),
+            stack: None,
             exec: ExecArgs::new(argv),
             take_tty,
         })
     }
 
     /// Start attempt `attempt`; returns the worker's pid (= its pgid).
-    pub fn spawn(&self, attempt: u32) -> Result<i32, SpawnError> {
+    pub fn spawn(&mut self, attempt: u32) -> Result<i32, SpawnError> {
         sys::set_env(ATTEMPT_VAR, attempt.to_string().as_ref());
-        let (report_rx, report_tx) =
-            pipe2(OFlag::O_CLOEXEC).map_err(|errno| SpawnError::Setup { what: "pipe", errno })?;
-
-        match sys::fork().map_err(|errno| SpawnError::Setup { what: "fork", errno })? {
-            ForkResult::Child => child(&self.exec, &report_tx, self.take_tty),
-            ForkResult::Parent { child } => {
-                drop(report_tx);
-                match read_errno(&report_rx) {
-                    None => Ok(child.as_raw()),
-                    Some(errno) => {
-                        // The child has _exited: collect it so it is not
-                        // reported later as a worker exit.
-                        let _ = nix::sys::wait::waitpid(child, None);
-                        Err(SpawnError::Exec { errno })
-                    }
-                }
+        let stack = match &mut self.stack {
+            Some(stack) => stack,
+            None => self
+                .stack
+                .insert(ChildStack::new(self.exec.argc()).map_err(|errno| SpawnError::Setup { what: "stack", errno })?),
+        };
+        let take_tty = self.take_tty;
+        let spawned = sys::spawn(stack, &self.exec, || child_setup(take_tty))
+            .map_err(|errno| SpawnError::Setup { what: "fork", errno })?;
+        match spawned.exec_error {
+            None => Ok(spawned.pid.as_raw()),
+            Some(errno) => {
+                // The child has _exited: collect it so it is not reported
+                // later as a worker exit.
+                let _ = nix::sys::wait::waitpid(spawned.pid, None);
+                Err(SpawnError::Exec { errno })
             }
         }
     }
@@ -106,9 +108,9 @@ impl Spawner {
     }
 }
 
-/// In the child, until exec: only async-signal-safe calls, no allocation.
-fn child(exec: &ExecArgs, report: &OwnedFd, take_tty: bool) -> ! {
-    // Cannot fail: a fresh child of fork is never a process group leader.
+/// In the child, before exec: syscalls only (it shares drainit's memory).
+fn child_setup(take_tty: bool) {
+    // Cannot fail: a fresh child is never a process group leader.
     let _ = setsid();
     if take_tty {
         // Before exec, so the worker's first instruction (and the first
@@ -118,28 +120,10 @@ fn child(exec: &ExecArgs, report: &OwnedFd, take_tty: bool) -> ! {
         // fails only when another session holds it (drainit typed at a
         // shell); the worker then runs without a controlling terminal, as
         // under dumb-init. stdin() allocates nothing here: tty::hand_over,
-        // which alone sets take_tty, created its buffer before the fork.
+        // which alone sets take_tty, created its buffer before.
         let _ = sys::set_controlling_tty(std::io::stdin().as_fd());
     }
     // Dispositions are already SIG_DFL (drainit reset them at startup and
     // never installs a handler); the mask is the last thing inherited.
     let _ = signals::unblock_all();
-    let errno = exec.exec();
-    let _ = write(report, &(errno as i32).to_ne_bytes());
-    sys::exit_child(if matches!(errno, Errno::ENOENT | Errno::ENOTDIR) { 127 } else { 126 })
-}
-
-/// End of file: exec succeeded. Four bytes: the errno of a failed exec.
-fn read_errno(pipe: &OwnedFd) -> Option<Errno> {
-    let mut buf = [0u8; 4];
-    let mut got = 0;
-    while got < buf.len() {
-        match read(pipe, &mut buf[got..]) {
-            Ok(0) => break,
-            Ok(n) => got += n,
-            Err(Errno::EINTR) => continue,
-            Err(_) => break,
-        }
-    }
-    (got == buf.len()).then(|| Errno::from_raw(i32::from_ne_bytes(buf)))
 }

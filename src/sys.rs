@@ -6,9 +6,15 @@ use std::ffi::CString;
 use std::os::fd::{AsRawFd, BorrowedFd};
 use std::ptr;
 
+use std::num::NonZeroUsize;
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicI32, Ordering};
+
 use nix::errno::Errno;
+use nix::sched::CloneFlags;
+use nix::sys::mman::{self, MapFlags, ProtFlags};
 use nix::sys::signal::SigSet;
-use nix::unistd::{ForkResult, Pid};
+use nix::unistd::Pid;
 
 /// drainit's entry point, called by libc's start-up code. Starting here
 /// rather than in std's `main` skips std's runtime start-up: that asks libc
@@ -32,16 +38,101 @@ extern "C" fn main(argc: libc::c_int, argv: *const *const libc::c_char) -> libc:
     crate::run(args)
 }
 
-/// fork(2).
-pub fn fork() -> nix::Result<ForkResult> {
-    // SAFETY: drainit never starts a thread, so the child is a complete copy
-    // of a single-threaded process: no lock can be held by a thread that does
-    // not exist in the child. The child still only runs async-signal-safe
-    // calls (see spawn.rs) so that this stays true if a thread is ever added.
-    unsafe { nix::unistd::fork() }
+/// The stack the worker-to-be runs on between clone and exec (see `spawn`),
+/// with a guard page below it: an overflow faults instead of overwriting
+/// drainit's memory, which the child shares.
+pub struct ChildStack {
+    map: NonNull<libc::c_void>,
+    len: usize,
 }
 
-/// The argument vector for execvp, built before fork so that the child
+/// The guard page's size: x86_64's and aarch64's (4 KiB pages) smallest page.
+const GUARD: usize = 4096;
+
+impl ChildStack {
+    /// Room for execvp: glibc's copies at most PATH_MAX of PATH and, for a
+    /// script without `#!`, the argument pointers; musl's only the first.
+    pub fn new(argc: usize) -> nix::Result<ChildStack> {
+        let page = GUARD;
+        let len = (page + 64 * 1024 + (argc + 2) * size_of::<usize>()).next_multiple_of(page);
+        let length = NonZeroUsize::new(len).ok_or(Errno::EINVAL)?;
+        // SAFETY: a new private anonymous mapping aliases nothing.
+        let map = unsafe {
+            mman::mmap_anonymous(
+                None,
+                length,
+                ProtFlags::PROT_READ | ProtFlags::PROT_WRITE,
+                MapFlags::MAP_PRIVATE | MapFlags::MAP_STACK,
+            )
+        }?;
+        // SAFETY: the first page of the mapping just made, which nothing uses.
+        if let Err(e) = unsafe { mman::mprotect(map, GUARD, ProtFlags::PROT_NONE) } {
+            // SAFETY: the whole mapping, unused.
+            let _ = unsafe { mman::munmap(map, len) };
+            return Err(e);
+        }
+        Ok(ChildStack { map, len })
+    }
+
+    /// Everything above the guard page.
+    fn usable(&mut self) -> &mut [u8] {
+        // SAFETY: the mapping is readable and writable past its first page,
+        // lives as long as self, and is reachable only through self.
+        unsafe { std::slice::from_raw_parts_mut(self.map.as_ptr().cast::<u8>().add(GUARD), self.len - GUARD) }
+    }
+}
+
+impl Drop for ChildStack {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in new(), which no child uses any more
+        // (spawn returns only once its child has exec'd or exited).
+        let _ = unsafe { mman::munmap(self.map, self.len) };
+    }
+}
+
+/// What `spawn` started: the child's pid and, if its exec failed, the errno
+/// (the child has exited then, and still has to be waited for).
+pub struct Spawned {
+    pub pid: Pid,
+    pub exec_error: Option<Errno>,
+}
+
+/// Start a child that runs `setup` and then execs `exec`, the way
+/// posix_spawn does: clone(CLONE_VM | CLONE_VFORK). The child borrows
+/// drainit's memory instead of copying it, so spawning copies no page
+/// tables and leaves no copy-on-write faults behind for drainit's next
+/// writes; drainit sleeps until the child has exec'd or exited, so the
+/// child's report of a failed exec is simply a word of shared memory.
+/// `setup` runs in the child on the ChildStack: it may only make syscalls
+/// (no allocation, no change to drainit's state).
+pub fn spawn(stack: &mut ChildStack, exec: &ExecArgs, mut setup: impl FnMut()) -> nix::Result<Spawned> {
+    let failed = AtomicI32::new(0);
+    let child = Box::new(|| -> isize {
+        setup();
+        let errno = exec.exec();
+        failed.store(errno as i32, Ordering::Relaxed);
+        exit_child(if matches!(errno, Errno::ENOENT | Errno::ENOTDIR) { 127 } else { 126 })
+    });
+    // SAFETY: the child runs on the ChildStack's usable part (above the
+    // guard page), sized for execvp; what it runs (setup, execvp, an atomic
+    // store, _exit) allocates nothing and changes no state of drainit's but
+    // `failed`. Its closure and everything it borrows outlive it: CLONE_VFORK
+    // suspends drainit until the child has exec'd or exited, which also
+    // means the store is done before the load below. Signals stay blocked
+    // in the child until `setup` unblocks them right before exec, and
+    // drainit installs no handler, so no handler runs on that stack. The
+    // child's exit signal is SIGCHLD, like fork's, so waitpid sees it.
+    let pid = unsafe {
+        nix::sched::clone(child, stack.usable(), CloneFlags::CLONE_VM | CloneFlags::CLONE_VFORK, Some(libc::SIGCHLD))
+    }?;
+    let exec_error = match failed.load(Ordering::Relaxed) {
+        0 => None,
+        errno => Some(Errno::from_raw(errno)),
+    };
+    Ok(Spawned { pid, exec_error })
+}
+
+/// The argument vector for execvp, built before the spawn so that the child
 /// allocates nothing (nix's execvp collects its pointers into a Vec).
 pub struct ExecArgs {
     _argv: Vec<CString>,
@@ -54,6 +145,10 @@ impl ExecArgs {
         // move when the Vec holding the CStrings moves into the struct.
         let argv_ptrs = argv.iter().map(|a| a.as_ptr()).chain([ptr::null()]).collect();
         ExecArgs { _argv: argv, argv_ptrs }
+    }
+
+    pub fn argc(&self) -> usize {
+        self.argv_ptrs.len() - 1
     }
 
     /// execvp(3) with drainit's environment: returns only on failure, with
@@ -75,8 +170,8 @@ pub fn set_env(key: &str, value: &std::ffi::OsStr) {
     unsafe { std::env::set_var(key, value) };
 }
 
-/// _exit(2): leave a forked child without running the parent's atexit
-/// handlers or flushing its stdio buffers.
+/// _exit(2): leave a child without running drainit's atexit handlers or
+/// flushing its stdio buffers (which the child of `spawn` shares).
 pub fn exit_child(code: i32) -> ! {
     // SAFETY: _exit takes no pointers and never returns.
     unsafe { libc::_exit(code) }
