@@ -45,7 +45,8 @@ struct Cli {
     orchestrator_timeout: Option<OsString>,
 
     /// Forward signal FROM as TO (TERM:QUIT); TO 0 drops it. Names with or
-    /// without SIG, or numbers. Repeatable; the variable is a comma list
+    /// without SIG, numbers, or RTMIN+N (RTMIN is 34). Repeatable; the
+    /// variable is a comma list
     #[arg(long, env = "DRAINIT_REWRITE", value_name = "FROM:TO", action = ArgAction::Append, value_delimiter = ',')]
     rewrite: Vec<OsString>,
 

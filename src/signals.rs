@@ -138,7 +138,7 @@ pub struct SignalSource {
 
 impl SignalSource {
     /// Reset inherited dispositions, block every signal, open the signalfd.
-    /// Must run before the first fork: a signal that arrives before the worker
+    /// Must run before the first spawn: a signal that arrives before the worker
     /// exists then waits in the signalfd and is forwarded once it does.
     pub fn install() -> nix::Result<SignalSource> {
         sys::reset_signal_dispositions();
@@ -227,7 +227,7 @@ impl SignalSource {
     }
 }
 
-/// Restore an empty mask: in the forked child, just before exec.
+/// Restore an empty mask: in the worker-to-be, just before exec.
 pub fn unblock_all() -> nix::Result<()> {
     sigprocmask(SigmaskHow::SIG_SETMASK, Some(&SigSet::empty()), None)
 }

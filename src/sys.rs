@@ -214,7 +214,7 @@ pub const SIGRTMIN: i32 = 34;
 /// inherited: an ignored SIGCHLD would make the kernel reap children before
 /// drainit can read their status, and ignored dispositions survive exec and
 /// would reach the worker. Children inherit the result, so the worker starts
-/// with default dispositions without any work between fork and exec.
+/// with default dispositions without any work between spawn and exec.
 ///
 /// The raw syscall, because glibc's signal() refuses the two signals it
 /// reserves (32 and 33), which a parent may still have left ignored (seen:
