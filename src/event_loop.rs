@@ -200,10 +200,10 @@ impl Edge {
                 }
                 Action::ReadRetryAfter => supervisor.retry_after(self.retry_after.take()),
                 Action::Log(event) => event.emit(),
-                Action::Exit(code) => {
-                    self.retry_after.clear();
-                    return Err(code);
-                }
+                // The retry-after file is cleared before every attempt, so
+                // one the worker left behind can never count: no unlink on
+                // the way out, where every container stop would wait for it.
+                Action::Exit(code) => return Err(code),
             }
         }
         Ok(())

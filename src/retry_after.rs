@@ -39,7 +39,7 @@ impl RetryAfter {
     }
 
     /// Remove the file (before an attempt starts: an old value must not
-    /// count; and when drainit exits). A missing file is fine.
+    /// count). A missing file is fine.
     pub fn clear(&self) {
         let _ = fs::remove_file(&self.path);
     }

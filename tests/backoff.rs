@@ -110,6 +110,22 @@ fn retry_after_file_sets_the_exact_delay_and_is_removed() {
 }
 
 #[test]
+fn a_retry_after_file_left_from_before_does_not_count() {
+    // drainit removes the file before every attempt (not when it exits): a
+    // value a worker left behind, in this run or an earlier one, is never
+    // read for a later backoff exit.
+    let dir = Scratch::new("leftover");
+    let file = dir.path("retry-after");
+    std::fs::write(&file, "10ms").unwrap();
+    let mut run = drainit(Mode::Subreaper, with_sh(&["--backoff-delay", "400ms"], &scripted(&dir, &[75, 0])))
+        .env("DRAINIT_RETRY_AFTER_FILE", path_str(&file))
+        .spawn();
+    assert_eq!(run.wait(secs(10)).code, Some(0), "{}", run.log());
+    let delays = delays(&run);
+    assert!(delays.len() == 1 && delays[0] >= ms(200), "the normal delay, not 10ms: {delays:?}\n{}", run.log());
+}
+
+#[test]
 fn retry_after_is_clamped_to_the_max_delay() {
     let dir = Scratch::new("clamp");
     let script = format!(
