@@ -51,5 +51,7 @@ fn run(args: Vec<OsString>) -> ! {
         }
     };
     events::init_logger(&config.log_filter);
-    exit(event_loop::run(config, signals));
+    // Straight to _exit: a dynamically linked drainit spent ~17 µs of every
+    // container stop in glibc's exit() on work drainit has no use for.
+    sys::exit_now(event_loop::run(config, signals));
 }

@@ -111,7 +111,7 @@ pub fn spawn(stack: &mut ChildStack, exec: &ExecArgs, mut setup: impl FnMut()) -
         setup();
         let errno = exec.exec();
         failed.store(errno as i32, Ordering::Relaxed);
-        exit_child(if matches!(errno, Errno::ENOENT | Errno::ENOTDIR) { 127 } else { 126 })
+        exit_now(if matches!(errno, Errno::ENOENT | Errno::ENOTDIR) { 127 } else { 126 })
     });
     // SAFETY: the child runs on the ChildStack's usable part (above the
     // guard page), sized for execvp; what it runs (setup, execvp, an atomic
@@ -170,9 +170,11 @@ pub fn set_env(key: &str, value: &std::ffi::OsStr) {
     unsafe { std::env::set_var(key, value) };
 }
 
-/// _exit(2): leave a child without running drainit's atexit handlers or
-/// flushing its stdio buffers (which the child of `spawn` shares).
-pub fn exit_child(code: i32) -> ! {
+/// _exit(2): end the process now, without libc's exit work: atexit
+/// handlers, shared objects' destructors (glibc's _dl_fini), stdio flushing.
+/// drainit registers none of those and writes its lines straight to the fds;
+/// the child of `spawn`, which shares drainit's memory, must not run them.
+pub fn exit_now(code: i32) -> ! {
     // SAFETY: _exit takes no pointers and never returns.
     unsafe { libc::_exit(code) }
 }

@@ -53,8 +53,17 @@ int main(int argc, char **argv) {
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
     signal(SIGCHLD, SIG_IGN);
+    /* Blocked until sigsuspend: a SIGTERM between the check of `term` and
+     * the wait would otherwise be handled just before a pause() that then
+     * sleeps through it (the test signals as soon as READY exists). */
+    sigset_t stop, old;
+    sigemptyset(&stop);
+    sigaddset(&stop, SIGTERM);
+    sigaddset(&stop, SIGINT);
+    sigprocmask(SIG_BLOCK, &stop, &old);
     close(open(argv[4], O_CREAT | O_WRONLY, 0644));
-    while (!term) pause();
+    while (!term) sigsuspend(&old);
+    sigprocmask(SIG_SETMASK, &old, NULL);
     long start = now_ms();
     int root = 1;
     sh->reported_ms = start;
