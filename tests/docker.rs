@@ -255,14 +255,15 @@ fn static_drainit() -> Result<PathBuf, String> {
     Ok(path)
 }
 
-/// The static build's target and RUSTFLAGS: musl (static by itself) when
-/// rustup installed its std, else glibc with +crt-static.
-fn static_build() -> (&'static str, &'static str) {
+/// The static build's target and RUSTFLAGS: musl (static by itself; its
+/// flags come from .cargo/config.toml) when rustup installed its std, else
+/// glibc with +crt-static.
+fn static_build() -> (&'static str, Option<&'static str>) {
     let rustc = std::env::var_os("RUSTC").unwrap_or_else(|| "rustc".into());
     let sysroot = Command::new(rustc).args(["--print", "sysroot"]).output().ok();
     let musl_std =
         sysroot.map(|o| PathBuf::from(String::from_utf8_lossy(&o.stdout).trim()).join("lib/rustlib").join(MUSL));
-    if musl_std.is_some_and(|dir| dir.is_dir()) { (MUSL, "") } else { (GNU, "-C target-feature=+crt-static") }
+    if musl_std.is_some_and(|dir| dir.is_dir()) { (MUSL, None) } else { (GNU, Some("-C target-feature=+crt-static")) }
 }
 
 fn build_static_drainit() -> Result<PathBuf, String> {
@@ -271,14 +272,19 @@ fn build_static_drainit() -> Result<PathBuf, String> {
     let mut cmd = Command::new(cargo);
     cmd.args(["build", "--release", "--target", target])
         .arg("--message-format=json-render-diagnostics")
-        .env("RUSTFLAGS", rustflags)
+        .env_remove("RUSTFLAGS")
         .env_remove("CARGO_ENCODED_RUSTFLAGS")
         .current_dir(MANIFEST_DIR);
+    if let Some(flags) = rustflags {
+        cmd.env("RUSTFLAGS", flags);
+    }
     let out = run_bounded(cmd, Duration::from_secs(900))?;
     if !out.status.success() {
         return Err(format!(
-            "the static build `RUSTFLAGS='{rustflags}' cargo build --release --target {target}` failed ({}):\n{}",
-            out.status, out.stderr
+            "the static build `RUSTFLAGS='{}' cargo build --release --target {target}` failed ({}):\n{}",
+            rustflags.unwrap_or_default(),
+            out.status,
+            out.stderr
         ));
     }
     // The artifact message names the binary, wherever the target dir is.
