@@ -164,9 +164,17 @@ fn fork_bomb_after_sigterm_is_ended_by_the_deadline() {
             // SIGKILLs went out) splits the lateness into "until the kill"
             // and "reaping after it".
             let mut killed_at = None;
+            // Whether the bomb forked at all, as seen from here: its own
+            // report can come too late when hundreds of bomb processes
+            // compete for 2 cores (the reporter is preempted for the whole
+            // grace), so the test also looks for a second bomb process.
+            let mut most_seen = 0;
             wait_until(secs(15), || {
                 if killed_at.is_none() && run.log().contains("event=deadline_reached") {
                     killed_at = Some(sent.elapsed());
+                }
+                if most_seen < 2 && killed_at.is_none() {
+                    most_seen = most_seen.max(running(&bomb).len());
                 }
                 run.try_ended()
             });
@@ -187,7 +195,7 @@ fn fork_bomb_after_sigterm_is_ended_by_the_deadline() {
                 unsafe { libc::kill(*p, libc::SIGKILL) };
             }
             assert!(
-                dir.read("forks").trim().parse::<u64>().unwrap_or(0) > 0,
+                dir.read("forks").trim().parse::<u64>().unwrap_or(0) > 0 || most_seen > 1,
                 "the bomb never forked; log:\n{}",
                 run.log()
             );
