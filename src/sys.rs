@@ -3,11 +3,9 @@
 //! invariant that makes its `unsafe` block sound.
 
 use std::ffi::CString;
-use std::os::fd::{AsRawFd, BorrowedFd};
-use std::ptr;
-
 use std::num::NonZeroUsize;
-use std::ptr::NonNull;
+use std::os::fd::{AsRawFd, BorrowedFd};
+use std::ptr::{self, NonNull};
 use std::sync::atomic::{AtomicI32, Ordering};
 
 use nix::errno::Errno;
@@ -53,8 +51,7 @@ impl ChildStack {
     /// Room for execvp: glibc's copies at most PATH_MAX of PATH and, for a
     /// script without `#!`, the argument pointers; musl's only the first.
     pub fn new(argc: usize) -> nix::Result<ChildStack> {
-        let page = GUARD;
-        let len = (page + 64 * 1024 + (argc + 2) * size_of::<usize>()).next_multiple_of(page);
+        let len = (GUARD + 64 * 1024 + (argc + 2) * size_of::<usize>()).next_multiple_of(GUARD);
         let length = NonZeroUsize::new(len).ok_or(Errno::EINVAL)?;
         // SAFETY: a new private anonymous mapping aliases nothing.
         let map = unsafe {
@@ -111,7 +108,8 @@ pub fn spawn(stack: &mut ChildStack, exec: &ExecArgs, mut setup: impl FnMut()) -
         setup();
         let errno = exec.exec();
         failed.store(errno as i32, Ordering::Relaxed);
-        exit_now(if matches!(errno, Errno::ENOENT | Errno::ENOTDIR) { 127 } else { 126 })
+        // Never seen: drainit reaps this child and reports the errno.
+        exit_now(127)
     });
     // SAFETY: the child runs on the ChildStack's usable part (above the
     // guard page), sized for execvp; what it runs (setup, execvp, an atomic
