@@ -1,6 +1,8 @@
 //! Issue 4: a real lease-holding worker under drainit loses nothing, whether it is
 //! stopped with SIGTERM, SIGKILLed with its whole PID namespace mid-job, or ignores
-//! SIGTERM until drainit's deadline SIGKILLs it.
+//! SIGTERM until drainit's deadline SIGKILLs it. Issue 15: with drainit's `--finish`
+//! running `release`, a worker SIGKILLed at the deadline leaves nothing to wait for,
+//! and `release` never frees a lease a newer holder took.
 //!
 //! The worker is `examples/lease-worker/worker.py` (python3, standard library only),
 //! with its queue and lease in a real SQLite file. Each test gets its own temp dir,
@@ -23,6 +25,11 @@ const POLL: Duration = Duration::from_millis(20);
 
 fn worker_py() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/lease-worker/worker.py")
+}
+
+/// The `--finish` program of the example: `worker.py release`, configured by LEASE_*.
+fn release_script() -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/lease-worker/release").display().to_string()
 }
 
 // ---------------------------------------------------------------------------
@@ -201,6 +208,11 @@ impl Sandbox {
         fs::read_to_string(self.log_path(n)).unwrap_or_default()
     }
 
+    /// The token file of this sandbox's "container" (never the shared default in /tmp).
+    fn token_file(&self) -> PathBuf {
+        self.dir.join("token")
+    }
+
     fn common_args(&self) -> Vec<String> {
         vec![
             "--db".into(),
@@ -209,6 +221,19 @@ impl Sandbox {
             self.host.clone(),
             "--stale".into(),
             self.stale.into(),
+            "--token-file".into(),
+            self.token_file().display().to_string(),
+        ]
+    }
+
+    /// The same settings as variables: how the finish program, which drainit runs
+    /// without arguments, gets them.
+    fn lease_env(&self) -> Vec<(String, String)> {
+        vec![
+            ("LEASE_DB".into(), self.db.display().to_string()),
+            ("LEASE_HOST".into(), self.host.clone()),
+            ("LEASE_STALE".into(), self.stale.into()),
+            ("LEASE_TOKEN_FILE".into(), self.token_file().display().to_string()),
         ]
     }
 
@@ -245,9 +270,45 @@ impl Sandbox {
         (kv(line)["requeued"].parse().unwrap(), err)
     }
 
+    /// `worker.py release` with `token_file`, as drainit's finish program would run it
+    /// after a SIGKILL: its `event=release` line as key/value pairs, and all it logged.
+    fn release(&self, token_file: &Path) -> (HashMap<String, String>, String) {
+        let mut c = self.python();
+        c.arg("release").args(self.common_args()).arg("--token-file").arg(token_file);
+        c.env("DRAINIT_WORKER_STATUS", "signal:SIGKILL").env("DRAINIT_DEADLINE_REACHED", "0");
+        let out = c.output().expect("run python3 worker.py release");
+        let err = String::from_utf8_lossy(&out.stderr).to_string();
+        assert!(out.status.success(), "release failed: {err}");
+        let line = err.lines().find(|l| l.contains("event=release ")).unwrap_or_else(|| panic!("no release line: {err}"));
+        (kv(line), err)
+    }
+
+    /// `python3 worker.py run ...` without drainit (a worker of another "container"),
+    /// with its own token file; stdout and stderr appended to run<n>.log.
+    fn spawn_plain(&self, n: u32, token_file: &Path, worker_args: &[&str]) -> Child {
+        let mut c = self.python();
+        c.arg("run").args(self.common_args()).arg("--token-file").arg(token_file).args(worker_args);
+        let log = fs::OpenOptions::new().create(true).append(true).open(self.log_path(n)).unwrap();
+        c.stdout(log.try_clone().unwrap()).stderr(log);
+        c.spawn().expect("spawn python3 worker.py run")
+    }
+
     /// `[unshare --pid --fork --mount-proc] drainit DRAINIT_ARGS -- python3 worker.py run ...`,
     /// stdout and stderr appended to run<n>.log.
     fn spawn(&self, n: u32, pid_ns: bool, drainit_args: &[&str], worker_args: &[&str]) -> Child {
+        self.spawn_env(n, pid_ns, drainit_args, worker_args, &[])
+    }
+
+    /// `spawn`, with `env` added to drainit's environment (and so the worker's and the
+    /// finish program's).
+    fn spawn_env(
+        &self,
+        n: u32,
+        pid_ns: bool,
+        drainit_args: &[&str],
+        worker_args: &[&str],
+        env: &[(String, String)],
+    ) -> Child {
         let mut c = if pid_ns {
             let mut c = Command::new("unshare");
             c.args(["--pid", "--fork", "--mount-proc", DRAINIT]);
@@ -262,6 +323,7 @@ impl Sandbox {
                 c.env_remove(&k);
             }
         }
+        c.envs(env.iter().map(|(k, v)| (k, v)));
         let log = fs::OpenOptions::new().create(true).append(true).open(self.log_path(n)).unwrap();
         c.current_dir(&self.dir).stdin(Stdio::null()).stdout(log.try_clone().unwrap()).stderr(log);
         c.spawn().expect("spawn drainit")
@@ -400,6 +462,12 @@ impl Status {
 fn drainit_events(log: &str, name: &str) -> Vec<HashMap<String, String>> {
     let tag = format!("event={name}");
     log.lines().filter(|l| l.starts_with("drainit:") && l.split_whitespace().any(|w| w == tag)).map(kv).collect()
+}
+
+/// Every lease-worker line with `event=NAME` (the worker's and `release`'s), in order.
+fn worker_events(log: &str, name: &str) -> Vec<HashMap<String, String>> {
+    let tag = format!("event={name}");
+    log.lines().filter(|l| l.starts_with("lease-worker:") && l.split_whitespace().any(|w| w == tag)).map(kv).collect()
 }
 
 fn line_index(log: &str, pred: impl Fn(&str) -> bool) -> Option<usize> {
@@ -614,4 +682,163 @@ fn ignored_sigterm_hits_the_deadline_and_the_sweeper_recovers() {
         assert!(j.status == "queued" || j.status == "done", "{j:?}");
     }
     assert_eq!(s.duplicates, 0, "{s:?}");
+}
+
+/// 4. Scenario 3 with drainit's `--finish` running `worker.py release`: drainit's deadline
+///    SIGKILLs the TERM-ignoring worker mid-job, then the finish program, fenced on the
+///    token the worker recorded, frees the lease and requeues the job. A new drainit's
+///    worker claims the lease at once: no backoff, although the lease was fresh and the
+///    stale threshold is 30s. Every job is done exactly once.
+#[test]
+fn finish_releases_the_lease_of_a_worker_killed_at_the_deadline() {
+    let sb = Sandbox::new("finish", "30s", JOBS);
+    let finish = release_script();
+    let drainit_args = ["--grace", "1s", "--orchestrator-timeout", "5s", "--finish", finish.as_str()];
+    let env = sb.lease_env();
+    let mut drainit = sb.spawn_env(
+        1,
+        false,
+        &drainit_args,
+        &["--heartbeat", "300ms", "--step", "1s", "--steps", "30", "--ignore-sigterm", "--long-step"],
+        &env,
+    );
+    sb.wait_log(1, "the long step", Duration::from_secs(20), |l| l.contains("event=long_step"));
+    let s = sb.status();
+    assert_eq!(s.running, 1, "{s:?}");
+    assert_eq!(s.leases[0]["state"], "fresh", "{s:?}");
+    let interrupted = s.jobs.iter().find(|j| j.status == "running").map(|j| j.id).unwrap();
+    let recorded = fs::read_to_string(sb.token_file()).expect("the worker records its token");
+    assert_eq!(kv(&recorded)["token"], s.leases[0]["token"], "token file: {recorded:?}");
+
+    send(drainit.id(), libc::SIGTERM);
+    // The simulated orchestrator SIGKILLs at 5s: the kill and the finish program fit before.
+    let Some(st) = wait_exit(&mut drainit, Duration::from_secs(5)) else {
+        send(drainit.id(), libc::SIGKILL);
+        panic!("orchestrator timeout (5s) reached before drainit exited; log:\n{}", sb.read_log(1));
+    };
+    let log = sb.read_log(1);
+    assert_eq!(code_of(st), 137, "the finish program must not change the exit code; log:\n{log}");
+    sb.assert_nothing_left("after drainit and its finish program exited");
+    assert_eq!(drainit_events(&log, "deadline_reached").len(), 1, "log:\n{log}");
+    let finished = drainit_events(&log, "finish_exited");
+    assert_eq!(finished.len(), 1, "the finish program runs once; log:\n{log}");
+    assert_eq!(finished[0].get("code").map(String::as_str), Some("0"), "log:\n{log}");
+    assert_ne!(finished[0].get("timed_out").map(String::as_str), Some("1"), "log:\n{log}");
+    let release = worker_events(&log, "release");
+    assert_eq!(release.len(), 1, "log:\n{log}");
+    assert_eq!(release[0]["outcome"], "released", "log:\n{log}");
+    assert_eq!(release[0]["requeued"], "1", "log:\n{log}");
+    assert_eq!(release[0]["token"], s.leases[0]["token"], "fenced on the worker's token; log:\n{log}");
+    assert_eq!(release[0]["worker"], "signal:SIGKILL", "log:\n{log}");
+    assert_eq!(release[0]["deadline_reached"], "1", "log:\n{log}");
+    // In order: the worker is reaped, then the finish program runs, then drainit exits.
+    let at = |pat: &str| line_index(&log, |l| l.contains(pat)).unwrap_or_else(|| panic!("no {pat}; log:\n{log}"));
+    assert!(at("drainit: event=child_exited") < at("drainit: event=finish_started"), "log:\n{log}");
+    assert!(at("drainit: event=finish_started") < at("lease-worker: event=release"), "log:\n{log}");
+    assert!(at("lease-worker: event=release") < at("drainit: event=finish_exited"), "log:\n{log}");
+    assert!(at("drainit: event=finish_exited") < at("drainit: event=exit"), "log:\n{log}");
+
+    let s = sb.status();
+    assert_eq!(s.running, 0, "released at once, not after the 30s stale threshold: {s:?}");
+    assert_eq!(s.queued, JOBS, "{s:?}");
+    assert_eq!(s.leases[0]["state"], "released", "{s:?}");
+    assert!(!sb.token_file().exists(), "release removes the token file it acted on");
+
+    // A new "container" at once: the lease is free, no backoff.
+    let mut drainit = sb.spawn_env(
+        2,
+        false,
+        &drainit_args,
+        &["--heartbeat", "300ms", "--step", "100ms", "--steps", "2"],
+        &env,
+    );
+    // Well under the 30s a backoff until the stale threshold would take.
+    let st = wait_exit(&mut drainit, Duration::from_secs(20))
+        .unwrap_or_else(|| panic!("the new run did not finish in 20s; log:\n{}", sb.read_log(2)));
+    let log = sb.read_log(2);
+    assert_eq!(code_of(st), 0, "new drainit {st:?}; log:\n{log}");
+    sb.assert_nothing_left("after the new run");
+    assert!(drainit_events(&log, "backoff").is_empty(), "the released lease needs no backoff; log:\n{log}");
+    assert!(worker_events(&log, "lease_busy").is_empty(), "log:\n{log}");
+    assert_eq!(drainit_events(&log, "child_started").len(), 1, "log:\n{log}");
+    let claimed = worker_events(&log, "lease_claimed");
+    assert_eq!(claimed.len(), 1, "claimed, not reclaimed after going stale; log:\n{log}");
+    assert_eq!(claimed[0]["previous"], "released", "log:\n{log}");
+    assert_eq!(claimed[0]["requeued"], "0", "release had requeued the job already; log:\n{log}");
+    // The finish program runs after a clean exit too, and finds nothing to release.
+    let release = worker_events(&log, "release");
+    assert_eq!(release.len(), 1, "log:\n{log}");
+    assert_eq!(release[0]["outcome"], "nothing_held", "log:\n{log}");
+    assert_eq!(release[0]["worker"], "exited:0", "log:\n{log}");
+
+    let s = sb.status();
+    assert_eq!(s.done, JOBS, "every job done: {s:?}");
+    assert_eq!(s.completions, JOBS, "each job completed exactly once: {s:?}");
+    assert_eq!(s.duplicates, 0, "{s:?}");
+    for j in &s.jobs {
+        assert_eq!(j.completions, 1, "job {} completed {} times", j.id, j.completions);
+    }
+    let again = s.jobs.iter().find(|j| j.id == interrupted).unwrap();
+    assert_eq!(again.attempts, 2, "the killed job ran twice, finished once: {again:?}");
+    assert_eq!(s.leases[0]["state"], "released", "{s:?}");
+}
+
+/// `release` is fenced on the token in its token file, so it never frees a lease a
+/// newer holder took. Worker A (token 1) is frozen mid-job until its lease goes
+/// stale; worker B, another "container" of the same host with its own token file,
+/// reclaims it (token 2) and works. A is SIGKILLed and `release` runs with A's file:
+/// B's lease and job are untouched, and a second run finds nothing. B is SIGKILLed
+/// and `release` with B's file frees the lease and requeues B's job; again, nothing.
+#[test]
+fn release_never_frees_a_newer_holders_lease() {
+    let sb = Sandbox::new("fenced", "2s", 3);
+    let (file_a, file_b) = (sb.dir.join("token-a"), sb.dir.join("token-b"));
+    let long = ["--heartbeat", "300ms", "--step", "1s", "--steps", "30", "--long-step"];
+
+    let mut a = sb.spawn_plain(1, &file_a, &long);
+    sb.wait_log(1, "A's long step", Duration::from_secs(20), |l| l.contains("event=long_step"));
+    assert_eq!(kv(&fs::read_to_string(&file_a).unwrap())["token"], "1");
+    send(a.id(), libc::SIGSTOP);
+    poll_until("A's lease to go stale", Duration::from_secs(10), || {
+        let s = sb.status();
+        (s.leases[0]["state"] == "stale").then_some(())
+    });
+
+    let mut b = sb.spawn_plain(2, &file_b, &long);
+    sb.wait_log(2, "B's long step", Duration::from_secs(20), |l| l.contains("event=long_step"));
+    let reclaimed = worker_events(&sb.read_log(2), "lease_reclaimed");
+    assert_eq!(reclaimed.len(), 1, "log:\n{}", sb.read_log(2));
+    assert_eq!(reclaimed[0]["token"], "2");
+    assert_eq!(kv(&fs::read_to_string(&file_b).unwrap())["token"], "2");
+
+    send(a.id(), libc::SIGKILL);
+    wait_exit(&mut a, Duration::from_secs(5)).expect("A dies of SIGKILL");
+    for round in 1..=2 {
+        let (ev, out) = sb.release(&file_a);
+        let want = if round == 1 { "newer_holder" } else { "nothing_held" };
+        assert_eq!(ev["outcome"], want, "release with A's token, round {round}:\n{out}");
+        assert_eq!(ev.get("requeued").map(String::as_str).unwrap_or("0"), "0", "{out}");
+        let s = sb.status();
+        assert_eq!(s.running, 1, "B's job must stay running: {s:?}");
+        assert_eq!(s.leases[0]["state"], "fresh", "B's lease must stay held: {s:?}");
+        assert_eq!(s.leases[0]["token"], "2", "{s:?}");
+        assert_eq!(s.leases[0]["pid"], b.id().to_string(), "{s:?}");
+    }
+
+    send(b.id(), libc::SIGKILL);
+    wait_exit(&mut b, Duration::from_secs(5)).expect("B dies of SIGKILL");
+    let (ev, out) = sb.release(&file_b);
+    assert_eq!(ev["outcome"], "released", "{out}");
+    assert_eq!(ev["token"], "2", "{out}");
+    assert_eq!(ev["requeued"], "1", "{out}");
+    let (ev, out) = sb.release(&file_b);
+    assert_eq!(ev["outcome"], "nothing_held", "idempotent:\n{out}");
+    sb.assert_nothing_left("after both workers were killed");
+
+    let s = sb.status();
+    assert_eq!(s.running, 0, "{s:?}");
+    assert_eq!(s.queued, 3, "{s:?}");
+    assert_eq!(s.completions, 0, "{s:?}");
+    assert_eq!(s.leases[0]["state"], "released", "{s:?}");
+    assert_eq!(s.leases[0]["token"], "2", "the token stays, so the next one is higher still: {s:?}");
 }

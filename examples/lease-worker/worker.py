@@ -6,6 +6,8 @@ Meant to run under drainit (see README.md beside this file). Standard library on
 Subcommands:
   init    create the schema and enqueue --jobs N queued jobs
   run     the worker: take this host's lease, work jobs one at a time, drain on SIGTERM
+  release free the lease this container's worker held and requeue its running jobs,
+          fenced on the token in --token-file (drainit's --finish program; idempotent)
   sweep   requeue `running` jobs whose holder's lease is stale or gone (idempotent)
   status  print every job, the leases and a summary line
 
@@ -18,6 +20,9 @@ Exit codes of `run`:
       sleeps exactly that long before the next attempt (StartupBackoff).
   1   the lease was lost while running (someone else fenced us out)
   2   bad flags or environment
+
+Exit codes of `release`: 0 whether or not there was anything to release, 1 on a
+database error (the token file is kept, so running it again retries), 2 bad flags.
 """
 
 import argparse
@@ -29,6 +34,7 @@ import signal
 import socket
 import sqlite3
 import sys
+import tempfile
 import threading
 import time
 
@@ -215,6 +221,10 @@ def build_parser():
                         help="this worker's host name, the lease identity [LEASE_HOST, default hostname]")
     common.add_argument("--stale", default=env("LEASE_STALE", "10s"),
                         help="a lease without a heartbeat for this long is stale [LEASE_STALE, default 10s]")
+    common.add_argument("--token-file", default=env("LEASE_TOKEN_FILE"),
+                        help="where `run` records the token it holds and `release` reads it; private "
+                             "to this container, never on a volume other containers share "
+                             "[LEASE_TOKEN_FILE, default $TMPDIR/lease-worker.<host>.token]")
 
     p = argparse.ArgumentParser(prog=PROG, description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -240,6 +250,9 @@ def build_parser():
                     help="misbehave: do each job as one long step (step*steps) that never "
                          "checks the shutdown token [LEASE_LONG_STEP=1]")
 
+    sub.add_parser("release", parents=[common],
+                   help="free the lease this container's worker held (fenced on its token) and "
+                        "requeue its running jobs")
     sub.add_parser("sweep", parents=[common],
                    help="requeue running jobs whose holder's lease is stale or gone")
     sub.add_parser("status", parents=[common], help="print jobs, leases and a summary")
@@ -264,6 +277,9 @@ def parse_args(argv):
                 raise ValueError("--steps must be >= 1")
     except ValueError as e:
         p.error(str(e))
+    if a.token_file is None:
+        name = a.host.replace("/", "_")
+        a.token_file = os.path.join(tempfile.gettempdir(), f"lease-worker.{name}.token")
     return a
 
 
@@ -346,6 +362,102 @@ def cmd_sweep(a):
         extra = {} if token is None or pid is None else {"lease_age": f"{now - hb:.3f}s"}
         log("requeued", job=jid, holder=by, reason=why, **extra)
     log("sweep", requeued=n, running_left=left)
+    return 0
+
+
+# ---------------------------------------------------------------------------
+# the token file and `release`: drainit's --finish program
+#
+# `run` records the token it holds in a file private to its container; `release`
+# frees the lease only while it still carries that token. Tokens only grow, so a
+# newer holder's lease never matches, and a file left from an earlier attempt names
+# an older token that matches nothing. See README.md, "After a SIGKILL".
+
+
+def remove_file(path):
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+    except OSError as e:
+        log("token_file_failed", path=path, error=str(e))
+
+
+def write_token_file(path, host, token):
+    """A new file renamed over the old one: a kill at any point leaves one or the other,
+    never half a file."""
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path) or ".", prefix=os.path.basename(path) + ".")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(f"host={host} token={token}\n")
+        os.replace(tmp, path)
+    except BaseException:
+        remove_file(tmp)
+        raise
+
+
+def read_token_file(path):
+    """(host, token) from the file, or None when there is none. ValueError on garbage."""
+    try:
+        with open(path) as f:
+            text = f.read(4096)
+    except FileNotFoundError:
+        return None
+    kv = dict(p.split("=", 1) for p in text.split() if "=" in p)
+    if "host" not in kv or not kv.get("token", "").isdigit():
+        raise ValueError(f"{path}: not a token file: {text[:80]!r}")
+    return kv["host"], int(kv["token"])
+
+
+def cmd_release(a):
+    """Free the lease this container's last worker held and requeue its running jobs.
+
+    Run by drainit as --finish, after drainit has reaped the worker and everything
+    left of it: the holder of the token in the file is provably gone. Fenced on that
+    token, in one transaction with the requeue; idempotent (the file is removed once
+    acted on, and the fenced update matches nothing a second time)."""
+    status = os.environ.get("DRAINIT_WORKER_STATUS")
+    if status is None:
+        raise SystemExit(f"{PROG}: error: release frees the lease of a worker that must be provably "
+                         "gone: run it as drainit's --finish program (DRAINIT_WORKER_STATUS is not set)")
+    ctx = {"worker": status, "deadline_reached": os.environ.get("DRAINIT_DEADLINE_REACHED", "-")}
+    try:
+        held = read_token_file(a.token_file)
+    except (OSError, ValueError) as e:
+        log("release", host=a.host, outcome="token_file_unreadable", error=str(e), **ctx)
+        return 1
+    if held is None:
+        log("release", host=a.host, outcome="nothing_held", **ctx)
+        return 0
+    host, token = held
+    if host != a.host:
+        # A misconfiguration (LEASE_HOST differs between run and release): act on nothing.
+        log("release", host=a.host, outcome="other_host", file_host=host, token=token, **ctx)
+        return 1
+    conn = connect(a.db)
+    conn.executescript(SCHEMA)
+    resource = resource_of(a.host)
+    with Tx(conn) as c:
+        row = c.execute("SELECT holder_pid, token FROM leases WHERE resource = ?", (resource,)).fetchone()
+        released = c.execute(
+            "UPDATE leases SET holder_pid = NULL, heartbeat_at = 0"
+            " WHERE resource = ? AND token = ? AND holder_pid IS NOT NULL",
+            (resource, token)).rowcount == 1
+        # While the lease carried our token, only our worker could claim under this host
+        # (claims are fenced on the token, and taking the lease requeued older claims).
+        requeued = c.execute(
+            "UPDATE jobs SET status = 'queued', claimed_by = NULL, claimed_at = NULL"
+            " WHERE status = 'running' AND claimed_by = ?", (a.host,)).rowcount if released else 0
+    remove_file(a.token_file)
+    if released:
+        outcome, extra = "released", {}
+    elif row is None:
+        outcome, extra = "no_lease", {}
+    elif row[1] != token:
+        outcome, extra = "newer_holder", {"lease_token": row[1]}
+    else:
+        outcome, extra = "already_released", {}
+    log("release", host=a.host, token=token, outcome=outcome, requeued=requeued, **extra, **ctx)
     return 0
 
 
@@ -514,6 +626,8 @@ class Worker:
             **({"ignore_sigterm": 1} if a.ignore_sigterm else {}),
             **({"long_step": 1} if a.long_step else {}))
 
+        # Whatever an earlier attempt left there names a token older than any we take now.
+        remove_file(a.token_file)
         if not self.acquire_lease():
             b = self.blocked
             retry = b["remaining"] + 0.05  # a hair past the threshold, so the next try sees it stale
@@ -524,6 +638,12 @@ class Worker:
             log("lease_busy", host=self.host, token=b["token"], holder_pid=b["holder_pid"],
                 age=f"{b['age']:.3f}s", retry_after=humantime(retry), code=EX_TEMPFAIL)
             return EX_TEMPFAIL
+
+        try:
+            write_token_file(a.token_file, self.host, self.token)
+        except OSError as e:
+            # Only `release` needs it: without it a SIGKILLed worker's lease waits to go stale.
+            log("token_file_failed", path=a.token_file, error=str(e))
 
         hb = threading.Thread(target=self.heartbeat_loop, name="heartbeat", daemon=True)
         hb.start()
@@ -569,6 +689,8 @@ class Worker:
             if requeued:
                 log("job_requeued", job=in_flight)
         released = (not self.lease_lost) and self.release_lease()
+        # Released, or lost to someone else: either way nothing is left for `release`.
+        remove_file(a.token_file)
         code = 1 if self.lease_lost else 0
         log("exit", code=code, done=done, in_flight=0 if in_flight is None else 1,
             requeued=requeued, lease_released=int(released),
@@ -585,6 +707,8 @@ def main(argv=None):
             return cmd_status(a)
         if a.cmd == "sweep":
             return cmd_sweep(a)
+        if a.cmd == "release":
+            return cmd_release(a)
         return Worker(a).run()
     except sqlite3.Error as e:
         log("db_error", error=str(e))
