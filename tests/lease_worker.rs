@@ -279,7 +279,8 @@ impl Sandbox {
         let out = c.output().expect("run python3 worker.py release");
         let err = String::from_utf8_lossy(&out.stderr).to_string();
         assert!(out.status.success(), "release failed: {err}");
-        let line = err.lines().find(|l| l.contains("event=release ")).unwrap_or_else(|| panic!("no release line: {err}"));
+        let line =
+            err.lines().find(|l| l.contains("event=release ")).unwrap_or_else(|| panic!("no release line: {err}"));
         (kv(line), err)
     }
 
@@ -745,13 +746,8 @@ fn finish_releases_the_lease_of_a_worker_killed_at_the_deadline() {
     assert!(!sb.token_file().exists(), "release removes the token file it acted on");
 
     // A new "container" at once: the lease is free, no backoff.
-    let mut drainit = sb.spawn_env(
-        2,
-        false,
-        &drainit_args,
-        &["--heartbeat", "300ms", "--step", "100ms", "--steps", "2"],
-        &env,
-    );
+    let mut drainit =
+        sb.spawn_env(2, false, &drainit_args, &["--heartbeat", "300ms", "--step", "100ms", "--steps", "2"], &env);
     // Well under the 30s a backoff until the stale threshold would take.
     let st = wait_exit(&mut drainit, Duration::from_secs(20))
         .unwrap_or_else(|| panic!("the new run did not finish in 20s; log:\n{}", sb.read_log(2)));
