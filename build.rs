@@ -1,4 +1,5 @@
-//! Links libgcc's unwinder statically into the dynamic glibc build.
+//! Records the build's git commit (for the `docker-init --version` line),
+//! and links libgcc's unwinder statically into the dynamic glibc build.
 //!
 //! std needs the unwinder only to print a panic's backtrace (release builds
 //! abort on panic), yet links it as the shared libgcc_s: one more library for
@@ -13,6 +14,7 @@ use std::process::Command;
 
 fn main() {
     println!("cargo::rerun-if-changed=build.rs");
+    git_commit();
     let var = |name: &str| std::env::var(name).unwrap_or_default();
     let crt_static = var("CARGO_CFG_TARGET_FEATURE").split(',').any(|f| f == "crt-static");
     if var("CARGO_CFG_TARGET_OS") != "linux" || var("CARGO_CFG_TARGET_ENV") != "gnu" || crt_static {
@@ -26,4 +28,26 @@ fn main() {
     if found {
         println!("cargo::rustc-link-lib=static:-bundle=gcc_eh");
     }
+}
+
+/// DRAINIT_GIT_COMMIT: the commit's first 7 hex digits, when built from a
+/// git checkout (a build from a tarball or a Docker context without .git
+/// has none). Rebuilt when HEAD moves.
+fn git_commit() {
+    for path in [".git/HEAD", ".git/packed-refs"] {
+        println!("cargo::rerun-if-changed={path}");
+    }
+    if let Ok(head) = std::fs::read_to_string(".git/HEAD")
+        && let Some(reference) = head.trim().strip_prefix("ref: ")
+    {
+        println!("cargo::rerun-if-changed=.git/{reference}");
+    }
+    let commit = Command::new("git")
+        .args(["rev-parse", "--short=7", "HEAD"])
+        .output()
+        .ok()
+        .filter(|out| out.status.success())
+        .map(|out| String::from_utf8_lossy(&out.stdout).trim().to_string())
+        .filter(|c| c.len() == 7 && c.bytes().all(|b| b.is_ascii_hexdigit()));
+    println!("cargo::rustc-env=DRAINIT_GIT_COMMIT={}", commit.unwrap_or_default());
 }

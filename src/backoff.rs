@@ -4,6 +4,8 @@
 
 use std::time::{Duration, Instant};
 
+use crate::exit::Code;
+
 /// The backoff settings, validated by config.rs.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Policy {
@@ -25,8 +27,8 @@ impl Default for Policy {
 }
 
 impl Policy {
-    pub fn wants_restart(&self, code: i32) -> bool {
-        u8::try_from(code).is_ok_and(|c| self.codes.contains(&c))
+    pub fn wants_restart(&self, code: Code) -> bool {
+        u8::try_from(code.0).is_ok_and(|c| self.codes.contains(&c))
     }
 }
 
@@ -34,7 +36,7 @@ impl Policy {
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Decision {
     Sleep(Duration),
-    /// The next sleep would end past the budget.
+    /// The budget was spent before this backoff exit.
     Exhausted {
         elapsed: Duration,
     },
@@ -56,6 +58,11 @@ impl Backoff {
     /// to its retry-after file; `unit` is a uniform draw from [0, 1) that
     /// places the sleep in [base/2, base]. The base doubles on every call,
     /// capped at `max_delay`, whether or not the worker asked for a delay.
+    ///
+    /// The budget is used to its end: the lease the worker waits for may age
+    /// out in its last second, so a sleep that would end past it is cut to
+    /// end with it, and the worker tries once more then. A backoff exit
+    /// after the budget is spent is final.
     pub fn next(&mut self, policy: &Policy, now: Instant, requested: Option<Duration>, unit: f64) -> Decision {
         let first = *self.first_exit.get_or_insert(now);
         let base = self.base;
@@ -65,7 +72,10 @@ impl Backoff {
             None => base / 2 + (base / 2).mul_f64(unit.clamp(0.0, 1.0)),
         };
         let elapsed = now.saturating_duration_since(first);
-        if elapsed + delay > policy.timeout { Decision::Exhausted { elapsed } } else { Decision::Sleep(delay) }
+        match policy.timeout.checked_sub(elapsed) {
+            Some(left) if !left.is_zero() => Decision::Sleep(delay.min(left)),
+            _ => Decision::Exhausted { elapsed },
+        }
     }
 }
 
@@ -124,16 +134,34 @@ mod tests {
         assert_eq!(b.next(&p, t0, Some(ms(90_000)), 0.5), Decision::Sleep(ms(30_000)));
     }
 
+    /// (elapsed since the first backoff exit, drawn sleep) -> decision, for a
+    /// 2s budget: the last sleep is cut to end with the budget.
     #[test]
-    fn budget_counts_from_the_first_backoff_exit() {
+    fn the_budget_is_used_to_its_end() {
         let p = policy(800, 800, 2000);
         let t0 = Instant::now();
-        let mut b = Backoff::new(&p);
-        // Sleeps of 400ms (unit 0: base/2) fit while they end by t0+2s.
-        for (i, at) in [0u64, 500, 1000, 1600].into_iter().enumerate() {
-            assert_eq!(b.next(&p, t0 + ms(at), None, 0.0), Decision::Sleep(ms(400)), "turn {i}");
+        for (at, want) in [
+            (0, Decision::Sleep(ms(400))),
+            (1600, Decision::Sleep(ms(400))),
+            (1601, Decision::Sleep(ms(399))),
+            (1999, Decision::Sleep(ms(1))),
+            (2000, Decision::Exhausted { elapsed: ms(2000) }),
+            (2500, Decision::Exhausted { elapsed: ms(2500) }),
+        ] {
+            let mut b = Backoff::new(&p);
+            b.first_exit = Some(t0);
+            assert_eq!(b.next(&p, t0 + ms(at), None, 0.0), want, "at {at}ms");
         }
-        assert_eq!(b.next(&p, t0 + ms(1601), None, 0.0), Decision::Exhausted { elapsed: ms(1601) });
+    }
+
+    #[test]
+    fn a_base_above_the_cap_is_capped() {
+        let p = policy(3000, 200, 3_600_000);
+        let t0 = Instant::now();
+        let mut b = Backoff::new(&p);
+        assert_eq!(b.next(&p, t0, None, 0.0), Decision::Sleep(ms(100)));
+        let Decision::Sleep(d) = b.next(&p, t0, None, 0.999_999) else { panic!() };
+        assert!(d <= ms(200) && d > ms(199), "{d:?}");
     }
 
     #[test]
@@ -146,8 +174,10 @@ mod tests {
     #[test]
     fn codes() {
         let p = Policy { codes: vec![75, 3], ..Policy::default() };
-        assert!(p.wants_restart(75) && p.wants_restart(3));
-        assert!(!p.wants_restart(0) && !p.wants_restart(1) && !p.wants_restart(75 + 256) && !p.wants_restart(-1));
+        assert!(p.wants_restart(Code(75)) && p.wants_restart(Code(3)));
+        for other in [0, 1, 75 + 256, -1] {
+            assert!(!p.wants_restart(Code(other)), "{other}");
+        }
     }
 
     #[test]

@@ -4,12 +4,18 @@
 
 use std::ffi::OsString;
 use std::fmt;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::parser::ValueSource;
 use clap::{ArgAction, CommandFactory, FromArgMatches, Parser};
+use nix::errno::Errno;
+use nix::unistd::AccessFlags;
 
 use crate::backoff;
+use crate::duration;
+use crate::exit::Remap;
 use crate::signals::Rewrite;
 
 const AFTER_HELP: &str = "\
@@ -21,10 +27,16 @@ dispositions, an empty signal mask, and DRAINIT_ATTEMPT (1, 2, ...) and
 DRAINIT_RETRY_AFTER_FILE in its environment. A worker that exits with a
 backoff code may first write a DURATION to that file to choose its sleep.
 
+On a stop: the drain file is created, the stop signal waits out the stop
+delay, then goes to the worker's group; at the grace deadline whatever is
+left is SIGKILLed. Once the worker and its leftovers are gone, the finish
+program runs (with DRAINIT_EXIT_CODE, DRAINIT_WORKER_STATUS,
+DRAINIT_DEADLINE_REACHED, DRAINIT_STOP_SIGNAL, DRAINIT_ATTEMPT).
+
 Exit status: the worker's code; 128+N if it died of signal N (137 when the
-deadline killed it) or if stop signal N arrived during a backoff sleep;
-2 bad configuration; 126 COMMAND not executable; 127 COMMAND not found;
-125 drainit itself failed.";
+deadline killed it) or if stop signal N arrived during a backoff sleep
+(both subject to --remap-exit); 2 bad configuration; 126 COMMAND not
+executable; 127 COMMAND not found; 125 drainit itself failed.";
 
 /// A PID-1 init for containers: forwards signals to the worker's process
 /// group, SIGKILLs what is left when the grace deadline passes (before the
@@ -44,6 +56,17 @@ struct Cli {
     #[arg(long, env = "DRAINIT_ORCHESTRATOR_TIMEOUT", value_name = "DURATION", allow_hyphen_values = true)]
     orchestrator_timeout: Option<OsString>,
 
+    /// Hold the first stop signal this long before forwarding it, so that
+    /// load balancers stop sending work first; part of the grace, so it
+    /// must be shorter [default: 0s]
+    #[arg(long, env = "DRAINIT_STOP_DELAY", value_name = "DURATION", allow_hyphen_values = true)]
+    stop_delay: Option<OsString>,
+
+    /// A file created the moment a stop is requested (health checks fail on
+    /// it); a stale one is removed at start
+    #[arg(long, env = "DRAINIT_DRAIN_FILE", value_name = "PATH", allow_hyphen_values = true)]
+    drain_file: Option<OsString>,
+
     /// Forward signal FROM as TO (TERM:QUIT); TO 0 drops it. Names with or
     /// without SIG, numbers, or RTMIN+N (RTMIN is 34). Repeatable; the
     /// variable is a comma list
@@ -61,14 +84,36 @@ struct Cli {
     #[arg(long, env = "DRAINIT_BACKOFF_DELAY", value_name = "DURATION", allow_hyphen_values = true)]
     backoff_delay: Option<OsString>,
 
-    /// Cap on one backoff sleep [default: 30s]
+    /// Cap on one backoff sleep (a base above it is capped) [default: 30s]
     #[arg(long, env = "DRAINIT_BACKOFF_MAX_DELAY", value_name = "DURATION", allow_hyphen_values = true)]
     backoff_max_delay: Option<OsString>,
 
     /// How long, from the first backoff exit, drainit keeps restarting; set it
-    /// above the worker's lease stale threshold plus the max delay [default: 2m]
+    /// above the worker's lease stale threshold. The last sleep is cut to end
+    /// with it, for one more attempt [default: 2m]
     #[arg(long, env = "DRAINIT_BACKOFF_TIMEOUT", value_name = "DURATION", allow_hyphen_values = true)]
     backoff_timeout: Option<OsString>,
+
+    /// An executable drainit runs once, after the worker and everything left
+    /// of it are gone, before it exits: cleanup a SIGKILLed worker never ran
+    #[arg(long, env = "DRAINIT_FINISH", value_name = "PATH", allow_hyphen_values = true)]
+    finish: Option<OsString>,
+
+    /// The most the finish program may take when no stop is under way (during
+    /// a stop: until the grace deadline) [default: 5s]
+    #[arg(long, env = "DRAINIT_FINISH_TIMEOUT", value_name = "DURATION", allow_hyphen_values = true)]
+    finish_timeout: Option<OsString>,
+
+    /// Exit with TO where drainit would exit with FROM after running the
+    /// worker (143:0); codes 0-255. Repeatable; the variable is a comma list
+    #[arg(long = "remap-exit", env = "DRAINIT_REMAP_EXIT", value_name = "FROM:TO",
+          action = ArgAction::Append, value_delimiter = ',', allow_hyphen_values = true)]
+    remap_exit: Vec<OsString>,
+
+    /// Where to write a one-line summary at exit, when that file exists and
+    /// is empty (Kubernetes shows it); `off` disables [default: /dev/termination-log]
+    #[arg(long, env = "DRAINIT_TERMINATION_LOG", value_name = "PATH", allow_hyphen_values = true)]
+    termination_log: Option<OsString>,
 
     /// More logging (-v debug, -vv trace); beats DRAINIT_LOG, an env_logger
     /// filter [default: info]. RUST_LOG is the worker's and is not read
@@ -84,26 +129,21 @@ struct Cli {
     command: Vec<OsString>,
 }
 
-/// The option values, checked to be UTF-8.
-struct Strings {
-    grace: Option<String>,
-    orchestrator_timeout: Option<String>,
-    rewrite: Vec<String>,
-    backoff_exit_codes: Vec<String>,
-    backoff_delay: Option<String>,
-    backoff_max_delay: Option<String>,
-    backoff_timeout: Option<String>,
-    log: Option<String>,
-}
-
 /// Everything drainit runs with.
 #[derive(Debug)]
 pub struct Config {
     pub command: Vec<OsString>,
     pub grace: Duration,
     pub orchestrator_timeout: Duration,
+    pub stop_delay: Duration,
+    pub drain_file: Option<PathBuf>,
     pub rewrite: Rewrite,
     pub backoff: backoff::Policy,
+    /// The finish program, as it is exec'd.
+    pub finish: Option<OsString>,
+    pub finish_timeout: Duration,
+    pub remap: Remap,
+    pub termination_log: Option<PathBuf>,
     pub log_filter: String,
 }
 
@@ -112,7 +152,7 @@ pub struct Config {
 pub enum Stop {
     /// --help or --version: print this on stdout, exit 0.
     Info(String),
-    /// One line for stderr; exit 2.
+    /// One line for stderr (after `drainit: `); exit 2.
     Invalid(String),
 }
 
@@ -120,30 +160,29 @@ impl fmt::Display for Stop {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Stop::Info(text) => f.write_str(text),
-            Stop::Invalid(line) => write!(f, "drainit: error: {line}"),
+            Stop::Invalid(line) => write!(f, "error: {line}"),
         }
     }
 }
 
-const VARIABLES: &[&str] = &[
-    "DRAINIT_GRACE",
-    "DRAINIT_ORCHESTRATOR_TIMEOUT",
-    "DRAINIT_REWRITE",
-    "DRAINIT_BACKOFF_EXIT_CODES",
-    "DRAINIT_BACKOFF_DELAY",
-    "DRAINIT_BACKOFF_MAX_DELAY",
-    "DRAINIT_BACKOFF_TIMEOUT",
-    "DRAINIT_LOG",
-];
+const LOG_VAR: &str = "DRAINIT_LOG";
+const TERMINATION_LOG: &str = "/dev/termination-log";
+const FINISH_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The margin drainit keeps before the orchestrator's SIGKILL.
+const MARGIN: Duration = Duration::from_secs(1);
 
 /// Parse and validate the command line and the environment.
 pub fn parse<I: IntoIterator<Item = OsString>>(args: I) -> Result<Config, Stop> {
-    if let Some(var) = VARIABLES.iter().find(|v| std::env::var_os(v).is_some_and(|x| x.is_empty())) {
-        return Err(Stop::Invalid(format!("{var} is set but empty; unset it or give it a value")));
-    }
+    let args: Vec<OsString> = args.into_iter().collect();
     let mut command = Cli::command();
-    let matches = command.try_get_matches_from_mut(args).map_err(clap_error)?;
-    let raw = Cli::from_arg_matches(&matches).map_err(clap_error)?;
+    // Every option's variable, as clap declares it, and the log filter's.
+    let variables = command.get_arguments().filter_map(|a| a.get_env()).chain([std::ffi::OsStr::new(LOG_VAR)]);
+    if let Some(var) = variables.into_iter().find(|v| std::env::var_os(v).is_some_and(|x| x.is_empty())) {
+        return Err(Stop::Invalid(format!("{} is set but empty; unset it or give it a value", var.to_string_lossy())));
+    }
+    let matches = command.try_get_matches_from_mut(&args).map_err(|e| clap_error(e, args.first()))?;
+    let raw = Cli::from_arg_matches(&matches).map_err(|e| clap_error(e, args.first()))?;
     // Name a value by its origin in errors: the flag, or the variable.
     let origin = |id: &str| -> String {
         let arg = command.get_arguments().find(|a| a.get_id() == id);
@@ -160,55 +199,48 @@ pub fn parse<I: IntoIterator<Item = OsString>>(args: I) -> Result<Config, Stop> 
     };
     let one = |value: Option<OsString>, id: &str| value.map(|v| text(v, id)).transpose();
     let many = |values: Vec<OsString>, id: &str| values.into_iter().map(|v| text(v, id)).collect::<Result<Vec<_>, _>>();
-    let cli = Strings {
-        grace: one(raw.grace, "grace")?,
-        orchestrator_timeout: one(raw.orchestrator_timeout, "orchestrator_timeout")?,
-        rewrite: many(raw.rewrite, "rewrite")?,
-        backoff_exit_codes: many(raw.backoff_exit_codes, "backoff_exit_codes")?,
-        backoff_delay: one(raw.backoff_delay, "backoff_delay")?,
-        backoff_max_delay: one(raw.backoff_max_delay, "backoff_max_delay")?,
-        backoff_timeout: one(raw.backoff_timeout, "backoff_timeout")?,
-        log: match std::env::var_os("DRAINIT_LOG").map(OsString::into_string) {
-            None => None,
-            Some(Ok(filter)) => Some(filter),
-            Some(Err(bad)) => {
-                return Err(Stop::Invalid(format!("DRAINIT_LOG '{}': not valid UTF-8", bad.to_string_lossy())));
-            }
-        },
+    let duration = |value: Option<OsString>, id: &str, default: Duration| -> Result<(Duration, String), Stop> {
+        match one(value, id)? {
+            None => Ok((default, duration::show(default))),
+            Some(text) => duration::parse(&text).map(|d| (d, text.clone())).map_err(|why| invalid(id, &text, &why)),
+        }
     };
-    let duration = |value: &Option<String>, id: &str, default: Duration| match value {
-        None => Ok(default),
-        Some(text) => parse_duration(text).map_err(|why| invalid(id, text, &why)),
+    let path = |value: Option<OsString>, id: &str| match value {
+        Some(p) if p.is_empty() => Err(invalid(id, "", "must not be empty")),
+        other => Ok(other),
     };
 
-    let orchestrator_timeout = duration(&cli.orchestrator_timeout, "orchestrator_timeout", Duration::from_secs(10))?;
-    let margin = Duration::from_secs(1);
-    let Some(latest) = orchestrator_timeout.checked_sub(margin) else {
-        let text = cli.orchestrator_timeout.unwrap_or_default();
-        return Err(invalid(
-            "orchestrator_timeout",
-            &text,
-            "must be at least 1s, drainit needs 1s before the orchestrator's SIGKILL",
-        ));
+    let (orchestrator_timeout, timeout_text) =
+        duration(raw.orchestrator_timeout, "orchestrator_timeout", Duration::from_secs(10))?;
+    let Some(latest) = orchestrator_timeout.checked_sub(MARGIN) else {
+        let why = "must be at least 1s, drainit needs 1s before the orchestrator's SIGKILL";
+        return Err(invalid("orchestrator_timeout", &timeout_text, why));
     };
-    let grace = duration(&cli.grace, "grace", latest)?;
+    let (grace, grace_text) = duration(raw.grace, "grace", latest)?;
     if grace > latest {
         let why = format!(
             "must end at least 1s before the orchestrator timeout {}, so at most {}",
-            crate::events::duration(orchestrator_timeout),
-            crate::events::duration(latest),
+            duration::show(orchestrator_timeout),
+            duration::show(latest),
         );
-        return Err(invalid("grace", &cli.grace.unwrap_or_default(), &why));
+        return Err(invalid("grace", &grace_text, &why));
     }
+    let (stop_delay, delay_text) = duration(raw.stop_delay, "stop_delay", Duration::ZERO)?;
+    if !stop_delay.is_zero() && stop_delay >= grace {
+        let why = format!("must be shorter than the grace {}, which it is part of", duration::show(grace));
+        return Err(invalid("stop_delay", &delay_text, &why));
+    }
+    let drain_file = path(raw.drain_file, "drain_file")?.map(PathBuf::from);
 
-    let rewrite = Rewrite::parse(cli.rewrite.iter().map(String::as_str))
+    let rewrite = Rewrite::parse(many(raw.rewrite, "rewrite")?.iter().map(String::as_str))
         .map_err(|why| Stop::Invalid(format!("{} {why}", origin("rewrite"))))?;
 
     let defaults = backoff::Policy::default();
-    let codes = if cli.backoff_exit_codes.is_empty() {
+    let codes = many(raw.backoff_exit_codes, "backoff_exit_codes")?;
+    let codes = if codes.is_empty() {
         defaults.codes.clone()
     } else {
-        cli.backoff_exit_codes
+        codes
             .iter()
             .map(|text| match text.trim().parse::<u8>() {
                 Ok(code) if code > 0 => Ok(code),
@@ -216,55 +248,93 @@ pub fn parse<I: IntoIterator<Item = OsString>>(args: I) -> Result<Config, Stop> 
             })
             .collect::<Result<Vec<u8>, Stop>>()?
     };
-    let delay = duration(&cli.backoff_delay, "backoff_delay", defaults.delay)?;
-    let max_delay = duration(&cli.backoff_max_delay, "backoff_max_delay", defaults.max_delay)?;
-    let timeout = duration(&cli.backoff_timeout, "backoff_timeout", defaults.timeout)?;
+    let (delay, _) = duration(raw.backoff_delay, "backoff_delay", defaults.delay)?;
+    let (max_delay, _) = duration(raw.backoff_max_delay, "backoff_max_delay", defaults.max_delay)?;
+    let (timeout, _) = duration(raw.backoff_timeout, "backoff_timeout", defaults.timeout)?;
     if delay.is_zero() {
         return Err(invalid("backoff_delay", "0", "must be more than 0, or a failing worker restarts in a tight loop"));
     }
-    if delay > max_delay {
-        let what = match &cli.backoff_delay {
-            Some(text) => format!("{} '{text}'", origin("backoff_delay")),
-            None => format!("the default backoff delay {}", crate::events::duration(delay)),
-        };
-        return Err(Stop::Invalid(format!(
-            "{what} is longer than the backoff max delay {}",
-            crate::events::duration(max_delay)
-        )));
+    if max_delay.is_zero() {
+        return Err(invalid(
+            "backoff_max_delay",
+            "0",
+            "must be more than 0, or a failing worker restarts in a tight loop",
+        ));
     }
 
-    let log_filter = log_filter(raw.verbose, raw.quiet, cli.log)?;
+    let finish = match path(raw.finish, "finish")? {
+        Some(p) => Some(executable(&p).map_err(|why| invalid("finish", &p.to_string_lossy(), why))?),
+        None => None,
+    };
+    let (finish_timeout, _) = duration(raw.finish_timeout, "finish_timeout", FINISH_TIMEOUT)?;
+    let remap = Remap::parse(many(raw.remap_exit, "remap_exit")?.iter().map(String::as_str))
+        .map_err(|why| Stop::Invalid(format!("{} {why}", origin("remap_exit"))))?;
+    let termination_log = match path(raw.termination_log, "termination_log")? {
+        Some(p) if p == "off" => None,
+        Some(p) => Some(PathBuf::from(p)),
+        None => Some(PathBuf::from(TERMINATION_LOG)),
+    };
+
+    let log = match std::env::var_os(LOG_VAR).map(OsString::into_string) {
+        None => None,
+        Some(Ok(filter)) => Some(filter),
+        Some(Err(bad)) => {
+            return Err(Stop::Invalid(format!("{LOG_VAR} '{}': not valid UTF-8", bad.to_string_lossy())));
+        }
+    };
+    let log_filter = log_filter(raw.verbose, raw.quiet, log)?;
     Ok(Config {
         command: raw.command,
         grace,
         orchestrator_timeout,
+        stop_delay,
+        drain_file,
         rewrite,
         backoff: backoff::Policy { codes, delay, max_delay, timeout },
+        finish,
+        finish_timeout,
+        remap,
+        termination_log,
         log_filter,
     })
 }
 
-/// The longest DURATION accepted: far beyond any orchestrator's window, and
-/// small enough that `now + duration` can never overflow a clock.
-const MAX_DURATION: Duration = Duration::from_secs(365 * 24 * 3600);
-
-/// humantime syntax, or a bare (decimal) number of seconds; at most a year.
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    let t = text.trim();
-    let is_number = !t.is_empty() && t.chars().all(|c| c.is_ascii_digit() || c == '.') && t.matches('.').count() <= 1;
-    let parsed = if is_number {
-        t.parse::<f64>()
-            .ok()
-            .and_then(|secs| Duration::try_from_secs_f64(secs).ok())
-            .ok_or_else(|| "not a number of seconds".to_string())?
-    } else {
-        humantime::parse_duration(t)
-            .map_err(|_| "not a duration (examples: 500ms, 8s, 1m30s; a bare number is seconds)".to_string())?
-    };
-    if parsed > MAX_DURATION {
-        return Err("longer than a year".to_string());
+/// The finish program must be there now, not fail at 3 a.m. after the
+/// worker died: an executable regular file (a link to one is fine). The
+/// path is exec'd as given; one without a slash means the file here.
+fn executable(path: &OsString) -> Result<OsString, &'static str> {
+    match std::fs::metadata(path) {
+        Err(e) => return Err(e.raw_os_error().map_or("cannot be read", |n| Errno::from_raw(n).desc())),
+        Ok(m) if !m.is_file() => return Err("not a regular file"),
+        Ok(_) => {}
     }
-    Ok(parsed)
+    if nix::unistd::access(path.as_os_str(), AccessFlags::X_OK).is_err() {
+        return Err("not executable");
+    }
+    if path.as_bytes().contains(&b'/') {
+        return Ok(path.clone());
+    }
+    let mut here = OsString::from("./");
+    here.push(path);
+    Ok(here)
+}
+
+/// What `--version` prints. Under the name `docker-init` (Docker's init
+/// slot), the one line dockerd parses (`parseInitVersion`): `tini version
+/// VERSION - git.ID`, split on " - " and the ID's one ".", so neither part
+/// may hold those; `docker info` shows the ID. Under any other name,
+/// `drainit VERSION`.
+pub fn version_line(argv0: Option<&OsString>) -> String {
+    const VERSION: &str = env!("CARGO_PKG_VERSION");
+    let name = argv0.map(|a| Path::new(a).file_name().unwrap_or(a.as_os_str()).to_os_string());
+    if name.as_deref() != Some(std::ffi::OsStr::new("docker-init")) {
+        return format!("drainit {VERSION}");
+    }
+    let id = format!("drainit-{}", VERSION.replace('.', "_"));
+    match option_env!("DRAINIT_GIT_COMMIT").filter(|c| !c.is_empty()) {
+        Some(commit) => format!("tini version drainit-{VERSION} - git.{id}-{commit}"),
+        None => format!("tini version drainit-{VERSION} - git.{id}"),
+    }
 }
 
 /// -v/-q beat DRAINIT_LOG, which beats the default `info`.
@@ -293,10 +363,11 @@ fn log_filter(verbose: u8, quiet: u8, var: Option<String>) -> Result<String, Sto
     Ok(filter)
 }
 
-fn clap_error(err: clap::Error) -> Stop {
+fn clap_error(err: clap::Error, argv0: Option<&OsString>) -> Stop {
     use clap::error::ErrorKind;
     match err.kind() {
-        ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => Stop::Info(err.render().to_string()),
+        ErrorKind::DisplayHelp => Stop::Info(err.render().to_string()),
+        ErrorKind::DisplayVersion => Stop::Info(version_line(argv0)),
         _ => {
             // clap's message may span lines up to the first blank one.
             let text = err.render().to_string();
@@ -312,20 +383,6 @@ mod tests {
 
     fn args(list: &[&str]) -> Vec<OsString> {
         std::iter::once("drainit").chain(list.iter().copied()).map(OsString::from).collect()
-    }
-
-    #[test]
-    fn durations() {
-        let ms = Duration::from_millis;
-        for (text, want) in [("8", ms(8000)), ("0.5", ms(500)), ("500ms", ms(500)), ("1m30s", ms(90_000)), ("0", ms(0))]
-        {
-            assert_eq!(parse_duration(text), Ok(want), "{text}");
-        }
-        for text in
-            ["", "abc", "-1s", "-1", "1.2.3", "5 parsecs", "1e3", "366d", "10000000000000000000", "99999999999y"]
-        {
-            assert!(parse_duration(text).is_err(), "{text}");
-        }
     }
 
     #[test]
@@ -358,7 +415,9 @@ mod tests {
             &["--rewrite", "TERM:NOPE", "true"],
             &["--backoff-exit-code", "0", "true"],
             &["--backoff-exit-code", "256", "true"],
-            &["--backoff-delay", "5s", "--backoff-max-delay", "1s", "true"],
+            &["--stop-delay", "9s", "true"],
+            &["--remap-exit", "143", "true"],
+            &["--finish", "/nonexistent", "true"],
             &["--bogus", "true"],
             &[],
         ] {

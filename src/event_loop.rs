@@ -1,264 +1,357 @@
-//! The event loop: the edge where the supervisor's decisions meet syscalls.
-//! Each turn blocks once on the signalfd, with a timeout that is the time
-//! left to the nearest deadline (none when idle, so idle costs no wakeup),
-//! then takes the pending signals and the exited children (a bounded batch
-//! of each), checks the clock, and carries out what the supervisor asked for.
+//! The event loop: it waits, reads, and carries out; the supervisor decides.
+//! Each turn blocks once (ppoll on the signalfd, plus stderr while log lines
+//! wait for it) with a timeout that is the time left to the supervisor's
+//! next deadline: none when idle, so idle costs no wakeup. Then it gathers
+//! the turn's inputs in the order the supervisor relies on (signals, each
+//! reaped child, the end of the reaping round, the clock), a bounded batch
+//! of each, and feeds them one at a time. An action's answer (a spawned pid,
+//! a retry-after value, a kill count) is fed next, before the next input.
+//!
+//! Loop errors: setup may fail (drainit exits 2 or 125 before the worker
+//! starts), but once the worker runs, an error from ppoll or the signalfd
+//! (ENOMEM under memory pressure is the plausible one) is a warning, once
+//! per streak, and the turn goes on as if a child might have exited: it
+//! reaps and reads the clock, so reaping and the deadline still hold. Exiting
+//! instead would kill the container, and with it the worker it protects.
 
 use std::collections::VecDeque;
 use std::fs;
+use std::os::fd::BorrowedFd;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use nix::errno::Errno;
 use nix::unistd::Pid;
 
 use crate::config::Config;
+use crate::custody::{Custody, GroupTarget, Walk};
 use crate::events::Event;
+use crate::exit::Code;
+use crate::files::{self, DrainFile};
+use crate::logging;
 use crate::procs;
-use crate::reap::{self, Left, Mode};
-use crate::retry_after::RetryAfter;
+use crate::reap::{self, Left, Outcome};
+use crate::retry_after::{self, RetryAfter};
 use crate::signals::{SIGCHLD, SIGKILL, SignalSource, Signo};
-use crate::spawn::Spawner;
-use crate::supervisor::{self, Action, Supervisor};
+use crate::spawn::{Program, Spawner};
+use crate::supervisor::{self, Action, Input, Supervisor};
 use crate::sys;
 use crate::tty;
-
-/// drainit's own failure (fork, signal setup): the contract's 125.
-pub const FAILED: i32 = 125;
 
 const SIGNALS_PER_TURN: usize = 64;
 const REAPED_PER_TURN: usize = 1024;
 
-struct Edge {
-    signals: SignalSource,
-    spawner: Spawner,
-    retry_after: RetryAfter,
-    mode: Mode,
-    /// The current (or last) worker's process group.
-    group: Option<i32>,
-    /// Whether drainit has reaped the worker. Until then the worker's pid
-    /// (its group's id) cannot be reused, so `kill(-group)` is exact; after,
-    /// the number may name an unrelated group, and what is left of the
-    /// worker's is found in /proc instead.
-    leader_reaped: bool,
-    /// Our pid as /proc names it, when /proc belongs to our PID namespace.
-    proc_self: Option<i32>,
-    /// Whether the last round of reaping left any child. Every process
-    /// drainit answers for outside the group is a descendant, and a live
-    /// descendant means a live child: with none, /proc need not be read.
-    children_left: bool,
-    /// A SIGCHLD came, or the last round of reaping stopped at its limit:
-    /// reap (at once, in the second case).
-    reap_again: bool,
+/// The variable that tells the worker which attempt it is.
+const ATTEMPT_VAR: &str = "DRAINIT_ATTEMPT";
+
+/// The kernel, as the event loop meets it: a wait, the pending signals, the
+/// exited children. A trait so that a test can inject the errors the real
+/// calls might return.
+pub trait Os {
+    /// Block until a signal, `timeout`, or `stderr` writable; whether stderr is.
+    fn wait(&mut self, timeout: Option<Duration>, stderr: Option<BorrowedFd<'_>>) -> nix::Result<bool>;
+    fn signals(&mut self, max: usize, each: &mut dyn FnMut(Signo)) -> nix::Result<()>;
+    fn reap(&mut self, max: usize, each: &mut dyn FnMut(i32, Outcome)) -> Left;
+}
+
+impl Os for SignalSource {
+    fn wait(&mut self, timeout: Option<Duration>, stderr: Option<BorrowedFd<'_>>) -> nix::Result<bool> {
+        SignalSource::wait(self, timeout, stderr)
+    }
+
+    fn signals(&mut self, max: usize, each: &mut dyn FnMut(Signo)) -> nix::Result<()> {
+        self.drain(max, each)
+    }
+
+    fn reap(&mut self, max: usize, each: &mut dyn FnMut(i32, Outcome)) -> Left {
+        reap::reap_pending(max, each)
+    }
 }
 
 /// Run the worker to the end; returns drainit's exit code.
-pub fn run(config: Config, signals: SignalSource) -> i32 {
+pub fn run(config: Config, signals: SignalSource) -> Code {
     let mode = reap::setup();
     Event::Started { mode: mode.name(), grace: config.grace, orchestrator_timeout: config.orchestrator_timeout }.emit();
     let take_tty = tty::hand_over(&signals);
-    let retry_after = RetryAfter::new();
-    let spawner = match Spawner::new(&config.command, retry_after.path(), take_tty) {
-        Ok(spawner) => spawner,
+    let (worker, finish) = match programs(&config) {
+        Ok(programs) => programs,
         Err(why) => {
             Event::Failed { what: "command", error: why }.emit();
-            return 2;
+            return Code::CONFIG;
         }
     };
-    let policy = supervisor::Policy { grace: config.grace, rewrite: config.rewrite, backoff: config.backoff };
+    let retry_after = RetryAfter::new();
+    if let Some(path) = retry_after.path() {
+        // The worker finds the path in the environment it inherits.
+        sys::set_env(retry_after::VAR, path.as_os_str());
+    }
+    let drain_file = config.drain_file.map(DrainFile::new);
+    if let Some(file) = &drain_file {
+        file.remove_stale();
+    }
+    let proc_self = proc_self();
+    let policy = supervisor::Policy {
+        grace: config.grace,
+        orchestrator_timeout: config.orchestrator_timeout,
+        rewrite: config.rewrite,
+        backoff: config.backoff,
+        stop_delay: config.stop_delay,
+        finish_timeout: finish.as_ref().map(|_| config.finish_timeout),
+        remap: config.remap,
+    };
     let mut supervisor = Supervisor::new(policy, seed());
-    let mut edge = Edge {
-        signals,
-        spawner,
+    let mut exec = Executor {
+        spawner: Spawner::new(take_tty),
+        worker,
+        finish,
         retry_after,
-        mode,
-        group: None,
-        leader_reaped: false,
-        proc_self: proc_self(),
-        children_left: true,
-        reap_again: false,
+        drain_file,
+        termination_log: config.termination_log,
+        custody: Custody::new(mode, proc_self.is_some()),
+        proc_self,
     };
-
-    let code = match edge.run(&mut supervisor) {
-        Err(code) => code,
-        Ok(never) => match never {},
-    };
-    // drainit exits next: the kernel releases the signalfd, the worker's
-    // stack and the heap in one go, faster than closing and unmapping them
-    // one by one would (each container stop waits for this).
-    std::mem::forget(edge);
+    let mut turns = Turns::default();
+    let code = turns.run(&mut supervisor, &mut exec, signals);
+    // drainit exits next: the kernel releases the signalfd, the child's
+    // stack and the heap in one go, faster than dropping them one by one
+    // would (each container stop waits for this).
+    std::mem::forget((exec, turns));
     code
 }
 
-/// The event loop's ways out: drainit's exit code.
-type Exit = Result<(), i32>;
+fn programs(config: &Config) -> Result<(Program, Option<Program>), String> {
+    let worker = Program::new(&config.command)?;
+    let finish = config.finish.as_ref().map(|path| Program::new(std::slice::from_ref(path))).transpose()?;
+    Ok((worker, finish))
+}
 
-impl Edge {
-    /// The loop: one blocking wait per turn, then signals, then exits, then
-    /// the clock. Ends only with drainit's exit code.
-    fn run(&mut self, supervisor: &mut Supervisor) -> Result<std::convert::Infallible, i32> {
-        let mut actions: VecDeque<Action> = supervisor.start().into();
+/// The turns of the loop: what one turn gathered, and what is being fed.
+#[derive(Default)]
+struct Turns {
+    inputs: Vec<Input>,
+    queue: VecDeque<Input>,
+    actions: Vec<Action>,
+    /// Loop errors in a row: the first of a streak is logged.
+    errors: u32,
+}
+
+impl Turns {
+    fn run<O: Os>(&mut self, supervisor: &mut Supervisor, exec: &mut Executor, mut os: O) -> Code {
+        supervisor.start(&mut self.actions);
+        if let Some(code) = self.carry_out(supervisor, exec, Instant::now()) {
+            return code;
+        }
         loop {
-            self.carry_out(supervisor, &mut actions)?;
-            self.wait(supervisor)?;
+            self.gather(&mut os, &mut exec.custody, supervisor.next_deadline());
             let now = Instant::now();
-            self.take_signals(supervisor, &mut actions, now)?;
-            self.take_exits(supervisor, &mut actions, now)?;
-            actions.extend(supervisor.timer(now));
+            for input in std::mem::take(&mut self.inputs).drain(..) {
+                self.queue.push_back(input);
+                if let Some(code) = self.carry_out(supervisor, exec, now) {
+                    return code;
+                }
+            }
         }
     }
 
-    /// Block until a signal is pending or the nearest deadline; with no
-    /// deadline, for as long as it takes (idle costs no wakeup).
-    fn wait(&self, supervisor: &Supervisor) -> Exit {
-        let timeout = if self.reap_again {
+    /// Wait, then collect this turn's inputs in the supervisor's order.
+    fn gather<O: Os>(&mut self, os: &mut O, custody: &mut Custody, deadline: Option<Instant>) {
+        let timeout = if custody.reap_pending() {
             Some(Duration::ZERO)
         } else {
-            supervisor.next_deadline().map(|at| at.saturating_duration_since(Instant::now()))
+            deadline.map(|at| at.saturating_duration_since(Instant::now()))
         };
-        self.signals.wait(timeout).map_err(|e| {
-            Event::Failed { what: "ppoll", error: e.desc().to_string() }.emit();
-            FAILED
-        })
-    }
-
-    /// Hand the pending signals to the supervisor, a batch at most, so that
-    /// senders that never stop cannot keep the loop from reaping and from the
-    /// deadline. SIGCHLD only marks that children changed.
-    fn take_signals(&mut self, supervisor: &mut Supervisor, actions: &mut VecDeque<Action>, now: Instant) -> Exit {
-        let (mut batch, mut count) = ([0; SIGNALS_PER_TURN], 0);
-        let drained = self.signals.drain(SIGNALS_PER_TURN, |sig| {
-            if let Some(slot) = batch.get_mut(count) {
-                *slot = sig;
-                count += 1;
+        match os.wait(timeout, logging::waiting_fd()) {
+            Ok(stderr_ready) => {
+                self.errors = 0;
+                if stderr_ready {
+                    logging::flush();
+                }
+            }
+            Err(e) => self.loop_error("ppoll", e, custody),
+        }
+        // A bounded batch of each, so that senders that never stop cannot
+        // keep the loop from reaping and from the deadline.
+        let inputs = &mut self.inputs;
+        let mut sigchld = false;
+        let read = os.signals(SIGNALS_PER_TURN, &mut |sig| {
+            if sig == SIGCHLD {
+                sigchld = true;
+            } else {
+                inputs.push(Input::Signal(sig));
             }
         });
-        if let Err(e) = drained {
-            Event::Failed { what: "signalfd", error: e.desc().to_string() }.emit();
-            return Err(FAILED);
+        if sigchld {
+            custody.sigchld();
         }
-        for &sig in &batch[..count] {
-            if sig == SIGCHLD {
-                self.reap_again = true;
-                continue;
-            }
-            actions.extend(supervisor.signal(sig, now));
-            self.carry_out(supervisor, actions)?;
+        if let Err(e) = read {
+            self.loop_error("signalfd", e, custody);
         }
-        Ok(())
-    }
-
-    /// Reap what has exited (a batch at most, for the same reason) and tell
-    /// the supervisor. A turn without SIGCHLD costs no waitpid.
-    fn take_exits(&mut self, supervisor: &mut Supervisor, actions: &mut VecDeque<Action>, now: Instant) -> Exit {
-        if !std::mem::take(&mut self.reap_again) {
-            return Ok(());
-        }
-        let mut exited = Vec::new();
-        let left = reap::reap_pending(REAPED_PER_TURN, |pid, outcome| exited.push((pid, outcome)));
-        self.reap_again = left == Left::More;
-        self.children_left = left != Left::Nothing;
-        for (pid, outcome) in exited.iter().copied() {
-            self.leader_reaped |= self.group == Some(pid);
-            actions.extend(supervisor.reaped(pid, outcome, now));
-            self.carry_out(supervisor, actions)?;
-        }
-        // Only after a complete round: what is left then is alive, and a
-        // walk of /proc (to re-kill after the deadline) is not repeated for
-        // every batch of a stream of zombies.
-        if left != Left::More && (!exited.is_empty() || !self.children_left) {
-            actions.extend(supervisor.children(self.children_left, now));
-        }
-        Ok(())
-    }
-
-    /// Carry out actions in order (some feed answers back to the
-    /// supervisor, which may queue more). Err: drainit exits with that code.
-    fn carry_out(&mut self, supervisor: &mut Supervisor, actions: &mut VecDeque<Action>) -> Exit {
-        while let Some(action) = actions.pop_front() {
-            match action {
-                Action::Spawn { attempt } => {
-                    self.retry_after.clear();
-                    match self.spawner.spawn(attempt) {
-                        Ok(pid) => {
-                            self.group = Some(pid);
-                            self.leader_reaped = false;
-                            self.children_left = true;
-                            actions.extend(supervisor.spawned(pid));
-                        }
-                        Err(err) => {
-                            self.spawner.failure_event(&err).emit();
-                            actions.extend(supervisor.spawn_failed(err.code()));
-                        }
-                    }
-                }
-                Action::Forward(sig) => self.forward(sig),
-                Action::SignalAll(sig) => {
-                    self.signal_all(sig, false);
-                }
-                Action::Deadline => {
-                    let remaining = self.signal_all(SIGKILL, true);
-                    Event::DeadlineReached { remaining }.emit();
-                }
-                Action::ReadRetryAfter => supervisor.retry_after(self.retry_after.take()),
-                Action::Log(event) => event.emit(),
-                // The retry-after file is cleared before every attempt, so
-                // one the worker left behind can never count: no unlink on
-                // the way out, where every container stop would wait for it.
-                Action::Exit(code) => return Err(code),
+        if custody.take_reap() {
+            let before = self.inputs.len();
+            let inputs = &mut self.inputs;
+            let left = os.reap(REAPED_PER_TURN, &mut |pid, outcome| {
+                custody.reaped(pid);
+                inputs.push(Input::Reaped(pid, outcome));
+            });
+            if let Some(left) = custody.round_ended(self.inputs.len() > before, left) {
+                self.inputs.push(Input::Children { left });
             }
         }
-        Ok(())
+        self.inputs.push(Input::Tick);
+    }
+
+    fn loop_error(&mut self, what: &'static str, error: Errno, custody: &mut Custody) {
+        if self.errors == 0 {
+            Event::LoopError { what, error: error.desc().to_string() }.emit();
+        }
+        self.errors = self.errors.saturating_add(1);
+        custody.loop_error();
+    }
+
+    /// Feed what is queued, and each action's answer right after it.
+    /// Some(code): drainit exits now.
+    fn carry_out(&mut self, supervisor: &mut Supervisor, exec: &mut Executor, now: Instant) -> Option<Code> {
+        loop {
+            for action in self.actions.drain(..) {
+                match exec.carry_out(action) {
+                    Done::Nothing => {}
+                    Done::Answer(input) => self.queue.push_back(input),
+                    Done::Exit(code) => return Some(code),
+                }
+            }
+            let input = self.queue.pop_front()?;
+            supervisor.handle(input, now, &mut self.actions);
+        }
+    }
+}
+
+/// What carrying out one action led to.
+enum Done {
+    Nothing,
+    Answer(Input),
+    Exit(Code),
+}
+
+/// Carries out the supervisor's actions: where they meet the system.
+struct Executor {
+    spawner: Spawner,
+    worker: Program,
+    finish: Option<Program>,
+    retry_after: RetryAfter,
+    drain_file: Option<DrainFile>,
+    termination_log: Option<std::path::PathBuf>,
+    custody: Custody,
+    /// Our pid as /proc names it, when /proc belongs to our PID namespace.
+    proc_self: Option<i32>,
+}
+
+impl Executor {
+    fn carry_out(&mut self, action: Action) -> Done {
+        match action {
+            Action::Spawn { attempt } => {
+                self.retry_after.clear();
+                sys::set_env(ATTEMPT_VAR, attempt.to_string().as_ref());
+                self.spawn(false)
+            }
+            Action::SpawnFinish(env) => {
+                for (key, value) in env.vars() {
+                    sys::set_env(key, value.as_ref());
+                }
+                self.spawn(true)
+            }
+            Action::Forward(sig) => {
+                self.forward(sig);
+                Done::Nothing
+            }
+            Action::SignalAll(sig) => {
+                self.signal_all(sig, false);
+                Done::Nothing
+            }
+            Action::Deadline => Done::Answer(Input::Killed(self.signal_all(SIGKILL, true))),
+            Action::ReadRetryAfter => Done::Answer(Input::RetryAfter(self.retry_after.take())),
+            Action::CreateDrainFile => {
+                if let Some(file) = &self.drain_file {
+                    file.create();
+                }
+                Done::Nothing
+            }
+            Action::Log(event) => {
+                event.emit();
+                Done::Nothing
+            }
+            Action::Exit(summary) => {
+                if let Some(path) = &self.termination_log {
+                    files::write_termination_log(path, &summary.to_string());
+                }
+                self.retry_after.remove_dir();
+                Done::Exit(summary.code)
+            }
+        }
+    }
+
+    fn spawn(&mut self, finish: bool) -> Done {
+        let Some(program) = (if finish { self.finish.as_ref() } else { Some(&self.worker) }) else {
+            return Done::Answer(Input::SpawnFailed(Code::FAILED));
+        };
+        match self.spawner.spawn(program) {
+            Ok(pid) => {
+                self.custody.started(pid);
+                Done::Answer(Input::Spawned(pid))
+            }
+            Err(err) => {
+                let event = program.failure_event(&err);
+                if finish {
+                    // Logged, nothing more: drainit's exit code stays.
+                    Event::Failed { what: "finish", error: event.to_string() }.emit();
+                } else {
+                    event.emit();
+                }
+                Done::Answer(Input::SpawnFailed(err.code()))
+            }
+        }
     }
 
     fn forward(&self, sig: Signo) {
-        if self.signal_group(sig) {
+        let sent = match self.custody.group_target() {
+            GroupTarget::Nobody => false,
+            // ESRCH: the group is gone already, which is fine.
+            GroupTarget::Group(group) => sys::kill(Pid::from_raw(-group), sig).is_ok(),
+            GroupTarget::Members(group) => {
+                let me = self.proc_self.unwrap_or(0);
+                let members: Vec<i32> =
+                    procs::descendants(me).into_iter().filter(|pid| procs::group_of(*pid) == Some(group)).collect();
+                for pid in &members {
+                    let _ = sys::kill(Pid::from_raw(*pid), sig);
+                }
+                !members.is_empty()
+            }
+        };
+        if sent {
             Event::Forwarded { signal: sig }.emit();
         }
     }
 
-    /// Signal what is alive of the worker's process group; whether anything was.
-    fn signal_group(&self, sig: Signo) -> bool {
-        let Some(group) = self.group else { return false };
-        if !self.leader_reaped {
-            // ESRCH: the group is gone already, which is fine.
-            return sys::kill(Pid::from_raw(-group), sig).is_ok();
-        }
-        let members: Vec<i32> =
-            self.descendants().into_iter().filter(|pid| procs::group_of(*pid) == Some(group)).collect();
-        for pid in &members {
-            let _ = sys::kill(Pid::from_raw(*pid), sig);
-        }
-        !members.is_empty()
-    }
-
-    /// The worker's group, and everything else drainit answers for: the
-    /// whole namespace as PID 1 (`kill(-1)`), every descendant otherwise
-    /// (even one that left the group with setsid), signalled as the walk
-    /// through /proc finds it. The signals that fork cannot outrun go first.
-    /// Returns how many processes that was, when `count`.
+    /// The current group, and everything else drainit answers for, signalled
+    /// as the walk through /proc finds it; the signals that fork cannot
+    /// outrun go first. Returns how many processes that was, when `count`.
     fn signal_all(&self, sig: Signo, count: bool) -> usize {
-        if let (Some(group), false) = (self.group, self.leader_reaped) {
+        let everyone = self.custody.everyone(count);
+        if let Some(group) = everyone.group {
             let _ = sys::kill(Pid::from_raw(-group), sig);
         }
-        if self.mode == Mode::Pid1 {
+        if everyone.namespace {
             let _ = sys::kill(Pid::from_raw(-1), sig);
         }
-        let (Some(me), true) = (self.proc_self, self.children_left) else { return 0 };
-        if self.mode == Mode::Pid1 {
-            return if count { procs::others() } else { 0 };
-        }
-        let mut found = 0;
-        procs::walk(me, |pid| {
-            found += 1;
-            let _ = sys::kill(Pid::from_raw(pid), sig);
-        });
-        found
-    }
-
-    /// Processes still alive that drainit answers for, as /proc tells.
-    fn descendants(&self) -> Vec<i32> {
-        match self.proc_self {
-            Some(me) if self.children_left => procs::descendants(me),
-            _ => Vec::new(),
+        match (everyone.descendants, self.proc_self) {
+            (Walk::Count, Some(_)) => procs::others(),
+            (Walk::Each, Some(me)) => {
+                let mut found = 0;
+                procs::walk(me, |pid| {
+                    found += 1;
+                    let _ = sys::kill(Pid::from_raw(pid), sig);
+                });
+                found
+            }
+            _ => 0,
         }
     }
 }
@@ -274,4 +367,106 @@ fn proc_self() -> Option<i32> {
 fn seed() -> u64 {
     let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
     nanos ^ (u64::from(std::process::id()) << 32)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::reap::Mode;
+
+    /// An Os that fails as told and never touches a real process.
+    struct Failing {
+        wait: Option<Errno>,
+        read: Option<Errno>,
+        pending: Vec<Signo>,
+        exited: Vec<(i32, Outcome)>,
+        waits: Vec<Option<Duration>>,
+    }
+
+    impl Os for Failing {
+        fn wait(&mut self, timeout: Option<Duration>, _: Option<BorrowedFd<'_>>) -> nix::Result<bool> {
+            self.waits.push(timeout);
+            self.wait.map_or(Ok(false), Err)
+        }
+
+        fn signals(&mut self, _: usize, each: &mut dyn FnMut(Signo)) -> nix::Result<()> {
+            self.pending.drain(..).for_each(each);
+            self.read.map_or(Ok(()), Err)
+        }
+
+        fn reap(&mut self, _: usize, each: &mut dyn FnMut(i32, Outcome)) -> Left {
+            self.exited.drain(..).for_each(|(pid, o)| each(pid, o));
+            Left::Running
+        }
+    }
+
+    fn os(wait: Option<Errno>, read: Option<Errno>) -> Failing {
+        Failing { wait, read, pending: vec![], exited: vec![], waits: vec![] }
+    }
+
+    #[test]
+    fn a_failed_wait_is_survived_and_reaps() {
+        let mut turns = Turns::default();
+        let mut custody = Custody::new(Mode::Pid1, true);
+        custody.started(10);
+        let mut os = os(Some(Errno::ENOMEM), None);
+        os.pending = vec![libc::SIGUSR1];
+        os.exited = vec![(10, Outcome::Exited(0))];
+        turns.gather(&mut os, &mut custody, None);
+        assert_eq!(
+            turns.inputs,
+            vec![
+                Input::Signal(libc::SIGUSR1),
+                Input::Reaped(10, Outcome::Exited(0)),
+                Input::Children { left: true },
+                Input::Tick
+            ],
+            "a SIGCHLD the error may have hidden is assumed: the round reaps"
+        );
+        assert_eq!(turns.errors, 1);
+        // The streak goes on (logged once), then a good wait ends it.
+        turns.inputs.clear();
+        turns.gather(&mut os, &mut custody, None);
+        assert_eq!(turns.errors, 2);
+        os.wait = None;
+        turns.inputs.clear();
+        turns.gather(&mut os, &mut custody, None);
+        assert_eq!(turns.errors, 0);
+        assert_eq!(turns.inputs, vec![Input::Tick], "no SIGCHLD, no error: no reaping round");
+    }
+
+    #[test]
+    fn a_failed_signal_read_keeps_what_it_read_and_reaps() {
+        let mut turns = Turns::default();
+        let mut custody = Custody::new(Mode::Subreaper, true);
+        let mut os = os(None, Some(Errno::EINVAL));
+        os.pending = vec![libc::SIGTERM];
+        os.exited = vec![(7, Outcome::Exited(1))];
+        turns.gather(&mut os, &mut custody, None);
+        assert_eq!(
+            turns.inputs,
+            vec![
+                Input::Signal(libc::SIGTERM),
+                Input::Reaped(7, Outcome::Exited(1)),
+                Input::Children { left: true },
+                Input::Tick
+            ]
+        );
+        assert_eq!(turns.errors, 1);
+    }
+
+    #[test]
+    fn the_wait_is_as_long_as_the_next_deadline_and_zero_while_reaping_is_behind() {
+        let mut turns = Turns::default();
+        let mut custody = Custody::new(Mode::Pid1, true);
+        let mut os = os(None, None);
+        turns.gather(&mut os, &mut custody, None);
+        let soon = Instant::now() + Duration::from_secs(5);
+        turns.gather(&mut os, &mut custody, Some(soon));
+        custody.round_ended(true, Left::More);
+        turns.gather(&mut os, &mut custody, Some(soon));
+        assert_eq!(os.waits[0], None, "idle: no timeout, no wakeup");
+        assert!(os.waits[1].is_some_and(|t| t > Duration::from_secs(4) && t <= Duration::from_secs(5)));
+        assert_eq!(os.waits[2], Some(Duration::ZERO));
+    }
 }

@@ -3,39 +3,13 @@
 //! scripts grep for them.
 
 use std::fmt;
-use std::io::Write;
 use std::time::Duration;
 
 use log::Level;
 
+use crate::duration::show as duration;
+use crate::reap::Outcome;
 use crate::signals::{self, Signo};
-
-/// How a process ended.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Outcome {
-    Exited(i32),
-    Signaled(Signo),
-}
-
-impl Outcome {
-    /// Decode a raw waitpid status (stopped/continued never reach drainit:
-    /// it waits without WUNTRACED/WCONTINUED).
-    pub fn from_wait_status(status: i32) -> Outcome {
-        if libc::WIFSIGNALED(status) {
-            Outcome::Signaled(libc::WTERMSIG(status))
-        } else {
-            Outcome::Exited(libc::WEXITSTATUS(status))
-        }
-    }
-
-    /// The shell convention drainit exits with: the code, or 128 + signal.
-    pub fn code(self) -> i32 {
-        match self {
-            Outcome::Exited(code) => code,
-            Outcome::Signaled(sig) => 128 + sig,
-        }
-    }
-}
 
 #[derive(Clone, Debug, PartialEq)]
 pub enum Event {
@@ -46,6 +20,13 @@ pub enum Event {
     StopRequested {
         signal: Signo,
         grace: Duration,
+        /// The stop delay, when the signal is held before it is forwarded.
+        delay: Option<Duration>,
+    },
+    /// The held stop signal (as rewritten) went out, `waited` after the request.
+    StopForwarded {
+        signal: Signo,
+        waited: Duration,
     },
     ChildExited {
         pid: i32,
@@ -65,6 +46,36 @@ pub enum Event {
     },
     Exit {
         code: i32,
+        remapped_from: Option<i32>,
+    },
+    FinishStarted {
+        pid: i32,
+    },
+    FinishExited {
+        pid: i32,
+        outcome: Outcome,
+        /// drainit killed it at its bound.
+        timed_out: bool,
+    },
+    /// Log lines lost while stderr could not take them.
+    LogDropped {
+        lines: u64,
+    },
+    /// A file drainit writes for others (the drain file, the termination
+    /// log) was not written, and why.
+    FileSkipped {
+        what: &'static str,
+        path: String,
+        error: String,
+    },
+    /// No directory for the retry-after file could be made.
+    RetryAfterUnavailable {
+        error: String,
+    },
+    /// The event loop's wait or signal read failed; the loop goes on.
+    LoopError {
+        what: &'static str,
+        error: String,
     },
     /// A process other than the worker was reaped (an orphan or leftover).
     Reaped {
@@ -109,7 +120,11 @@ impl Event {
             Event::DeadlineReached { .. }
             | Event::BackoffExhausted { .. }
             | Event::RetryAfterInvalid { .. }
-            | Event::SubreaperRefused { .. } => Level::Warn,
+            | Event::SubreaperRefused { .. }
+            | Event::LogDropped { .. }
+            | Event::FileSkipped { .. }
+            | Event::RetryAfterUnavailable { .. }
+            | Event::LoopError { .. } => Level::Warn,
             Event::ExecFailed { .. } | Event::Failed { .. } => Level::Error,
             _ => Level::Info,
         }
@@ -117,20 +132,6 @@ impl Event {
 
     pub fn emit(&self) {
         log::log!(self.level(), "{self}");
-    }
-}
-
-/// `1.5s`, `300ms`, `2m`: short, unquoted in logfmt, readable.
-pub fn duration(d: Duration) -> String {
-    let ms = d.as_millis();
-    if ms < 1000 {
-        format!("{ms}ms")
-    } else if ms.is_multiple_of(60_000) {
-        format!("{}m", ms / 60_000)
-    } else if ms.is_multiple_of(1000) {
-        format!("{}s", ms / 1000)
-    } else {
-        format!("{}.{}s", ms / 1000, format!("{:03}", ms % 1000).trim_end_matches('0'))
     }
 }
 
@@ -159,7 +160,7 @@ impl fmt::Display for Val<'_> {
 fn outcome(f: &mut fmt::Formatter<'_>, o: Outcome) -> fmt::Result {
     match o {
         Outcome::Exited(code) => write!(f, " code={code}"),
-        Outcome::Signaled(sig) => write!(f, " signal={} code={}", signals::name(sig), o.code()),
+        Outcome::Signaled(sig) => write!(f, " signal={} code={}", signals::name(sig), o.code().0),
     }
 }
 
@@ -167,8 +168,15 @@ impl fmt::Display for Event {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Event::ChildStarted { pid, attempt } => write!(f, "event=child_started pid={pid} attempt={attempt}"),
-            Event::StopRequested { signal, grace } => {
-                write!(f, "event=stop_requested signal={} grace={}", signals::name(*signal), duration(*grace))
+            Event::StopRequested { signal, grace, delay } => {
+                write!(f, "event=stop_requested signal={} grace={}", signals::name(*signal), duration(*grace))?;
+                match delay {
+                    Some(delay) => write!(f, " delay={}", duration(*delay)),
+                    None => Ok(()),
+                }
+            }
+            Event::StopForwarded { signal, waited } => {
+                write!(f, "event=stop_forwarded signal={} waited={}", signals::name(*signal), duration(*waited))
             }
             Event::ChildExited { pid, outcome: o } => {
                 write!(f, "event=child_exited pid={pid}")?;
@@ -181,7 +189,22 @@ impl fmt::Display for Event {
             Event::BackoffExhausted { attempts, elapsed } => {
                 write!(f, "event=backoff_exhausted attempts={attempts} elapsed={}", duration(*elapsed))
             }
-            Event::Exit { code } => write!(f, "event=exit code={code}"),
+            Event::Exit { code, remapped_from: None } => write!(f, "event=exit code={code}"),
+            Event::Exit { code, remapped_from: Some(from) } => write!(f, "event=exit code={code} remapped_from={from}"),
+            Event::FinishStarted { pid } => write!(f, "event=finish_started pid={pid}"),
+            Event::FinishExited { pid, outcome: o, timed_out } => {
+                write!(f, "event=finish_exited pid={pid}")?;
+                outcome(f, *o)?;
+                write!(f, " timed_out={}", u8::from(*timed_out))
+            }
+            Event::LogDropped { lines } => write!(f, "event=log_dropped lines={lines}"),
+            Event::FileSkipped { what, path, error } => {
+                write!(f, "event=file_skipped what={what} path={} error={}", Val(path), Val(error))
+            }
+            Event::RetryAfterUnavailable { error } => {
+                write!(f, "event=retry_after_unavailable error={}", Val(error))
+            }
+            Event::LoopError { what, error } => write!(f, "event=loop_error what={what} error={}", Val(error)),
             Event::Reaped { pid, outcome: o } => {
                 write!(f, "event=reaped pid={pid}")?;
                 outcome(f, *o)
@@ -208,17 +231,6 @@ impl fmt::Display for Event {
     }
 }
 
-/// env_logger writing `drainit: ` + the event, nothing else. Write errors
-/// (stderr closed, /dev/full) are dropped: losing a log line must never
-/// take PID 1 down.
-pub fn init_logger(filter: &str) {
-    env_logger::Builder::new()
-        .parse_filters(filter)
-        .format(|buf, record| writeln!(buf, "drainit: {}", record.args()))
-        .target(env_logger::Target::Stderr)
-        .init();
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -229,8 +241,16 @@ mod tests {
         for (event, line) in [
             (Event::ChildStarted { pid: 7, attempt: 1 }, "event=child_started pid=7 attempt=1"),
             (
-                Event::StopRequested { signal: libc::SIGTERM, grace: ms(9000) },
+                Event::StopRequested { signal: libc::SIGTERM, grace: ms(9000), delay: None },
                 "event=stop_requested signal=SIGTERM grace=9s",
+            ),
+            (
+                Event::StopRequested { signal: libc::SIGTERM, grace: ms(9000), delay: Some(ms(5000)) },
+                "event=stop_requested signal=SIGTERM grace=9s delay=5s",
+            ),
+            (
+                Event::StopForwarded { signal: libc::SIGQUIT, waited: ms(5003) },
+                "event=stop_forwarded signal=SIGQUIT waited=5.003s",
             ),
             (Event::ChildExited { pid: 7, outcome: Outcome::Exited(3) }, "event=child_exited pid=7 code=3"),
             (
@@ -244,7 +264,18 @@ mod tests {
                 Event::BackoffExhausted { attempts: 4, elapsed: ms(120_000) },
                 "event=backoff_exhausted attempts=4 elapsed=2m",
             ),
-            (Event::Exit { code: 143 }, "event=exit code=143"),
+            (Event::Exit { code: 143, remapped_from: None }, "event=exit code=143"),
+            (Event::Exit { code: 0, remapped_from: Some(143) }, "event=exit code=0 remapped_from=143"),
+            (Event::FinishStarted { pid: 9 }, "event=finish_started pid=9"),
+            (
+                Event::FinishExited { pid: 9, outcome: Outcome::Signaled(9), timed_out: true },
+                "event=finish_exited pid=9 signal=SIGKILL code=137 timed_out=1",
+            ),
+            (
+                Event::FinishExited { pid: 9, outcome: Outcome::Exited(0), timed_out: false },
+                "event=finish_exited pid=9 code=0 timed_out=0",
+            ),
+            (Event::LogDropped { lines: 12 }, "event=log_dropped lines=12"),
             (
                 Event::RetryAfterInvalid { path: "/tmp/x y".into(), error: "bad \"v\"".into() },
                 "event=retry_after_invalid path=\"/tmp/x y\" error=\"bad \\\"v\\\"\"",
@@ -252,22 +283,5 @@ mod tests {
         ] {
             assert_eq!(event.to_string(), line);
         }
-    }
-
-    #[test]
-    fn outcome_from_status() {
-        assert_eq!(Outcome::from_wait_status(42 << 8), Outcome::Exited(42));
-        assert_eq!(Outcome::from_wait_status(9), Outcome::Signaled(9));
-        assert_eq!(Outcome::from_wait_status(9).code(), 137);
-        assert_eq!(Outcome::from_wait_status(0x80 | 11).code(), 139); // core dumped
-    }
-
-    #[test]
-    fn durations() {
-        let ms = Duration::from_millis;
-        assert_eq!(duration(ms(0)), "0ms");
-        assert_eq!(duration(ms(1010)), "1.01s");
-        assert_eq!(duration(ms(90_000)), "90s");
-        assert_eq!(duration(ms(29_000)), "29s");
     }
 }

@@ -11,8 +11,13 @@
 
 mod backoff;
 mod config;
+mod custody;
+mod duration;
 mod event_loop;
 mod events;
+mod exit;
+mod files;
+mod logging;
 mod procs;
 mod reap;
 mod retry_after;
@@ -23,35 +28,50 @@ mod sys;
 mod tty;
 
 use std::ffi::OsString;
+use std::fmt::Display;
 use std::io::Write;
-use std::process::exit;
+use std::time::Duration;
+
+use exit::Code;
+
+/// How long drainit lets waiting log lines out before it exits anyway: the
+/// exit code must not wait on a stalled log collector.
+const EXIT_FLUSH: Duration = Duration::from_millis(100);
 
 /// Everything, in order; `sys::main`, drainit's entry point, calls it with
 /// the command line.
 fn run(args: Vec<OsString>) -> ! {
     // Block signals first: a SIGTERM that reaches PID 1 before it is blocked
     // and read would be discarded by the kernel (init ignores default actions).
-    let signals = match signals::SignalSource::install() {
+    let blocked = signals::block_all();
+    // Before any other fd is opened: it looks at what fd 2 is.
+    logging::init();
+    let signals = match blocked.and_then(|()| signals::SignalSource::open()) {
         Ok(signals) => signals,
-        Err(e) => {
-            let _ = writeln!(std::io::stderr(), "drainit: error: cannot set up signals: {}", e.desc());
-            exit(event_loop::FAILED);
-        }
+        Err(e) => fail(Code::FAILED, format_args!("error: cannot set up signals: {}", e.desc())),
     };
     let config = match config::parse(args) {
         Ok(config) => config,
-        Err(stop @ config::Stop::Info(_)) => {
-            let text = stop.to_string();
-            let _ = writeln!(std::io::stdout(), "{}", text.trim_end());
-            exit(0);
+        Err(config::Stop::Info(text)) => {
+            let mut stdout = std::io::stdout();
+            let _ = writeln!(stdout, "{}", text.trim_end()).and_then(|()| stdout.flush());
+            sys::exit_now(0);
         }
-        Err(stop @ config::Stop::Invalid(_)) => {
-            let _ = writeln!(std::io::stderr(), "{stop}");
-            exit(2);
-        }
+        Err(invalid) => fail(Code::CONFIG, invalid),
     };
-    events::init_logger(&config.log_filter);
-    // Straight to _exit: a dynamically linked drainit spent ~17 µs of every
-    // container stop in glibc's exit() on work drainit has no use for.
-    sys::exit_now(event_loop::run(config, signals));
+    logging::init_logger(&config.log_filter);
+    exit(event_loop::run(config, signals))
+}
+
+/// One line on stderr, then exit with `code`.
+fn fail(code: Code, line: impl Display) -> ! {
+    logging::line(format_args!("{line}"));
+    exit(code)
+}
+
+/// Straight to _exit, once the log lines had their chance: libc's exit()
+/// does work (atexit handlers, destructors) drainit has no use for.
+fn exit(code: Code) -> ! {
+    logging::flush_before_exit(EXIT_FLUSH);
+    sys::exit_now(code.0)
 }

@@ -1,6 +1,10 @@
 //! The retry-after file: where a worker that exits with a backoff code may
 //! write the exact delay it wants (a DURATION). The worker controls the file,
-//! so drainit reads it as untrusted input.
+//! so drainit reads it as untrusted input. Unless the user names the file,
+//! it lies in a directory drainit makes for itself (mode 0700, a new random
+//! name each run): on a shared /tmp no other user can plant a link at a
+//! name drainit would use, and /dev/shm, which Docker and Kubernetes always
+//! mount, serves a `FROM scratch` image that has no /tmp.
 
 use std::fs;
 use std::io::Read;
@@ -10,7 +14,7 @@ use std::time::Duration;
 
 use nix::errno::Errno;
 
-use crate::config;
+use crate::duration;
 use crate::events::Event;
 
 /// The variable that names the file, in the worker's environment (and, when
@@ -21,34 +25,64 @@ pub const VAR: &str = "DRAINIT_RETRY_AFTER_FILE";
 const LIMIT: usize = 64;
 
 pub struct RetryAfter {
-    path: PathBuf,
+    /// None: no directory could be made, and the worker is told of no file.
+    path: Option<PathBuf>,
+    /// The directory drainit made for it, removed at exit.
+    dir: Option<PathBuf>,
 }
 
 impl RetryAfter {
-    /// `$DRAINIT_RETRY_AFTER_FILE` if set, else `$TMPDIR/drainit-PID.retry-after`.
+    /// `$DRAINIT_RETRY_AFTER_FILE` if set, else a file in a new private
+    /// directory under `$TMPDIR`, `/tmp` or `/dev/shm` (the first that
+    /// takes one); where none does, one warning and no file.
     pub fn new() -> RetryAfter {
-        let path = match std::env::var_os(VAR) {
-            Some(path) if !path.is_empty() => PathBuf::from(path),
-            _ => std::env::temp_dir().join(format!("drainit-{}.retry-after", std::process::id())),
-        };
-        RetryAfter { path }
+        if let Some(path) = std::env::var_os(VAR).filter(|p| !p.is_empty()) {
+            return RetryAfter { path: Some(PathBuf::from(path)), dir: None };
+        }
+        let tmpdir = std::env::var_os("TMPDIR").filter(|p| !p.is_empty());
+        let bases = tmpdir.iter().map(PathBuf::from).chain(["/tmp", "/dev/shm"].map(PathBuf::from));
+        let mut errors = Vec::new();
+        for base in bases {
+            match nix::unistd::mkdtemp(&base.join("drainit-XXXXXX")) {
+                Ok(dir) => return RetryAfter { path: Some(dir.join("retry-after")), dir: Some(dir) },
+                Err(e) => errors.push(format!("{}: {}", base.display(), e.desc())),
+            }
+        }
+        Event::RetryAfterUnavailable { error: errors.join("; ") }.emit();
+        RetryAfter { path: None, dir: None }
     }
 
-    pub fn path(&self) -> &Path {
-        &self.path
+    /// The path the worker is told, if any.
+    pub fn path(&self) -> Option<&Path> {
+        self.path.as_deref()
     }
 
     /// Remove the file (before an attempt starts: an old value must not
     /// count). A missing file is fine.
     pub fn clear(&self) {
-        let _ = fs::remove_file(&self.path);
+        if let Some(path) = &self.path {
+            let _ = fs::remove_file(path);
+        }
+    }
+
+    /// Remove drainit's own directory, at exit. The worker may have left
+    /// more in it; remove_dir_all never follows a link out of it.
+    pub fn remove_dir(&self) {
+        let Some(dir) = &self.dir else { return };
+        self.clear();
+        if let Err(e) = fs::remove_dir(dir)
+            && e.raw_os_error() == Some(libc::ENOTEMPTY)
+        {
+            let _ = fs::remove_dir_all(dir);
+        }
     }
 
     /// The delay the worker asked for, if it wrote a valid one; the file is
     /// removed once read. Anything else is one warning and the normal delay.
     pub fn take(&self) -> Option<Duration> {
-        let warn = |error: String| Event::RetryAfterInvalid { path: self.path.display().to_string(), error }.emit();
-        let text = match read_small(&self.path) {
+        let path = self.path.as_deref()?;
+        let warn = |error: String| Event::RetryAfterInvalid { path: path.display().to_string(), error }.emit();
+        let text = match read_small(path) {
             Ok(Some(text)) => text,
             Ok(None) => return None,
             Err(error) => {
@@ -58,7 +92,7 @@ impl RetryAfter {
             }
         };
         self.clear();
-        match config::parse_duration(&text) {
+        match duration::parse(&text) {
             Ok(delay) => Some(delay),
             Err(why) => {
                 warn(format!("{:?}: {why}; using the normal delay", text.trim()));

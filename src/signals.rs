@@ -1,6 +1,7 @@
 //! Signals: their names, the `--rewrite` table, and the signal source that the
 //! event loop blocks on (every signal blocked, read from one signalfd).
 
+use std::os::fd::{AsFd, BorrowedFd};
 use std::time::Duration;
 
 use nix::errno::Errno;
@@ -137,22 +138,28 @@ pub struct SignalSource {
 }
 
 impl SignalSource {
-    /// Reset inherited dispositions, block every signal, open the signalfd.
-    /// Must run before the first spawn: a signal that arrives before the worker
-    /// exists then waits in the signalfd and is forwarded once it does.
-    pub fn install() -> nix::Result<SignalSource> {
-        sys::reset_signal_dispositions();
-        let all = sys::signal_set(ALL);
-        sys::set_signal_mask(&all)?;
-        let fd = SignalFd::with_flags(&all, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)?;
+    /// The signalfd that reads every signal, once `block_all` has run.
+    pub fn open() -> nix::Result<SignalSource> {
+        let fd = SignalFd::with_flags(&sys::signal_set(ALL), SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)?;
         Ok(SignalSource { fd, me: std::process::id() })
     }
 
-    /// Sleep until a signal is pending or `timeout` passes (None: forever).
-    pub fn wait(&self, timeout: Option<Duration>) -> nix::Result<()> {
-        let mut fds = [PollFd::new(std::os::fd::AsFd::as_fd(&self.fd), PollFlags::POLLIN)];
-        match ppoll(&mut fds, timeout.map(TimeSpec::from), None) {
-            Ok(_) | Err(Errno::EINTR) => Ok(()),
+    /// Sleep until a signal is pending, `timeout` passes (None: forever) or,
+    /// when given, `stderr` can take more of drainit's waiting log lines.
+    /// Returns whether `stderr` is ready (writable, or failed).
+    pub fn wait(&self, timeout: Option<Duration>, stderr: Option<BorrowedFd<'_>>) -> nix::Result<bool> {
+        let signals = PollFd::new(self.fd.as_fd(), PollFlags::POLLIN);
+        let mut fds = [signals, PollFd::new(self.fd.as_fd(), PollFlags::empty())];
+        let used = match stderr {
+            Some(fd) => {
+                fds[1] = PollFd::new(fd, PollFlags::POLLOUT);
+                2
+            }
+            None => 1,
+        };
+        match ppoll(&mut fds[..used], timeout.map(TimeSpec::from), None) {
+            Ok(_) => Ok(used == 2 && fds[1].revents().is_some_and(|r| !r.is_empty())),
+            Err(Errno::EINTR) => Ok(false),
             Err(e) => Err(e),
         }
     }
@@ -225,6 +232,14 @@ impl SignalSource {
         while probe.read_signal()?.is_some() {}
         Ok(())
     }
+}
+
+/// Reset inherited dispositions and block every signal: first thing, before
+/// any spawn. A signal that arrives before the worker exists then waits to
+/// be read from the signalfd and is forwarded once it does.
+pub fn block_all() -> nix::Result<()> {
+    sys::reset_signal_dispositions();
+    sys::set_signal_mask(&sys::signal_set(ALL))
 }
 
 /// Restore an empty mask: in the worker-to-be, just before exec.

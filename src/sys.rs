@@ -4,7 +4,7 @@
 
 use std::ffi::CString;
 use std::num::NonZeroUsize;
-use std::os::fd::{AsRawFd, BorrowedFd};
+use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
 use std::ptr::{self, NonNull};
 use std::sync::atomic::{AtomicI32, Ordering};
 
@@ -51,7 +51,7 @@ impl ChildStack {
     /// Room for execvp: glibc's copies at most PATH_MAX of PATH and, for a
     /// script without `#!`, the argument pointers; musl's only the first.
     pub fn new(argc: usize) -> nix::Result<ChildStack> {
-        let len = (GUARD + 64 * 1024 + (argc + 2) * size_of::<usize>()).next_multiple_of(GUARD);
+        let len = Self::size(argc);
         let length = NonZeroUsize::new(len).ok_or(Errno::EINVAL)?;
         // SAFETY: a new private anonymous mapping aliases nothing.
         let map = unsafe {
@@ -69,6 +69,15 @@ impl ChildStack {
             return Err(e);
         }
         Ok(ChildStack { map, len })
+    }
+
+    fn size(argc: usize) -> usize {
+        (GUARD + 64 * 1024 + (argc + 2) * size_of::<usize>()).next_multiple_of(GUARD)
+    }
+
+    /// Whether a program with `argc` arguments can exec from this stack.
+    pub fn fits(&self, argc: usize) -> bool {
+        self.len >= Self::size(argc)
     }
 
     /// Everything above the guard page.
@@ -175,6 +184,33 @@ pub fn set_env(key: &str, value: &std::ffi::OsStr) {
 pub fn exit_now(code: i32) -> ! {
     // SAFETY: _exit takes no pointers and never returns.
     unsafe { libc::_exit(code) }
+}
+
+/// Whether `fd` is open (asked before borrowing it: fd 2 may be closed).
+pub fn fd_is_open(fd: RawFd) -> bool {
+    // SAFETY: F_GETFD takes no argument and reads nothing of ours; any
+    // integer is a valid fd argument (EBADF when none is open).
+    unsafe { libc::fcntl(fd, libc::F_GETFD) >= 0 }
+}
+
+/// An fd drainit keeps open for its whole life (stderr, and the log's own
+/// description of it), borrowed for as long as drainit runs.
+pub fn kept_fd(fd: RawFd) -> BorrowedFd<'static> {
+    // SAFETY: callers pass only fds that drainit never closes: 2, and the
+    // one logging.rs opens once and leaks (into_raw_fd) for that purpose.
+    // logging.rs asks for fd 2 only after `fd_is_open(2)` said it is open.
+    unsafe { BorrowedFd::borrow_raw(fd) }
+}
+
+/// send(2) on a socket, without waiting (MSG_DONTWAIT, a flag of this call
+/// only: the socket's file description, shared with the worker, stays
+/// blocking) and without SIGPIPE. nix offers send only with its socket
+/// feature, which brings a dependency for this one call.
+pub fn send_nonblocking(fd: BorrowedFd<'_>, buf: &[u8]) -> nix::Result<usize> {
+    // SAFETY: buf is valid for reads of buf.len() bytes for the call.
+    let n =
+        unsafe { libc::send(fd.as_raw_fd(), buf.as_ptr().cast(), buf.len(), libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL) };
+    Errno::result(n).map(|n| n as usize)
 }
 
 /// kill(2) with a raw signal number. nix's `Signal` enum has no real-time

@@ -1,0 +1,74 @@
+//! DURATION values: parsed from flags, variables and the retry-after file,
+//! and written into log lines and the termination message, in one place so
+//! that what drainit prints it also reads back.
+
+use std::time::Duration;
+
+/// The longest DURATION accepted: far beyond any orchestrator's window, and
+/// small enough that `now + duration` can never overflow a clock.
+const MAX: Duration = Duration::from_secs(365 * 24 * 3600);
+
+/// humantime syntax, or a bare (decimal) number of seconds; at most a year.
+pub fn parse(text: &str) -> Result<Duration, String> {
+    let t = text.trim();
+    let is_number = !t.is_empty() && t.chars().all(|c| c.is_ascii_digit() || c == '.') && t.matches('.').count() <= 1;
+    let parsed = if is_number {
+        t.parse::<f64>()
+            .ok()
+            .and_then(|secs| Duration::try_from_secs_f64(secs).ok())
+            .ok_or_else(|| "not a number of seconds".to_string())?
+    } else {
+        humantime::parse_duration(t)
+            .map_err(|_| "not a duration (examples: 500ms, 8s, 1m30s; a bare number is seconds)".to_string())?
+    };
+    if parsed > MAX {
+        return Err("longer than a year".to_string());
+    }
+    Ok(parsed)
+}
+
+/// `1.5s`, `300ms`, `2m`: short, unquoted in logfmt, and read back by `parse`.
+pub fn show(d: Duration) -> String {
+    let ms = d.as_millis();
+    if ms < 1000 {
+        format!("{ms}ms")
+    } else if ms.is_multiple_of(60_000) {
+        format!("{}m", ms / 60_000)
+    } else if ms.is_multiple_of(1000) {
+        format!("{}s", ms / 1000)
+    } else {
+        format!("{}.{}s", ms / 1000, format!("{:03}", ms % 1000).trim_end_matches('0'))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    #[test]
+    fn parses_humantime_and_bare_seconds() {
+        for (text, want) in [("8", ms(8000)), ("0.5", ms(500)), ("500ms", ms(500)), ("1m30s", ms(90_000)), ("0", ms(0))]
+        {
+            assert_eq!(parse(text), Ok(want), "{text}");
+        }
+        for text in
+            ["", "abc", "-1s", "-1", "1.2.3", "5 parsecs", "1e3", "366d", "10000000000000000000", "99999999999y"]
+        {
+            assert!(parse(text).is_err(), "{text}");
+        }
+    }
+
+    #[test]
+    fn shows_short_forms_that_parse_back() {
+        for (d, text) in
+            [(ms(0), "0ms"), (ms(1010), "1.01s"), (ms(90_000), "90s"), (ms(29_000), "29s"), (ms(120_000), "2m")]
+        {
+            assert_eq!(show(d), text);
+            assert_eq!(parse(text), Ok(d), "{text}");
+        }
+    }
+}
