@@ -1,5 +1,7 @@
 //! drainit in real containers: the static binary as PID 1 of `FROM scratch`
-//! images, driven through the Docker engine (`run`, `stop`, `kill`, `exec`, `cp`).
+//! images, driven through the machine's Docker engine (`run`, `stop`, `kill`,
+//! `exec`, `cp`, health checks, bind mounts). drainit in the engines' own init
+//! slot (`docker run --init`, `podman run --init`) is tests/engines.rs.
 //!
 //! Needs, and fails (never skips) without:
 //! - a reachable Docker engine (`docker version` must reach the server);
@@ -14,526 +16,101 @@
 //! No image is pulled: each image is built FROM scratch out of a temporary
 //! context. Images and containers are named `drainit-test-<pid>-<n>` and removed
 //! by Drop guards, pass or fail; every docker command and every wait has a deadline.
-//! Self-contained on purpose: nothing here depends on tests/common/.
+//! What it shares with tests/engines.rs is in tests/containers/; nothing here
+//! depends on tests/common/.
+
+mod containers;
 
 use std::fs;
-use std::io::Read;
-use std::os::unix::fs::{PermissionsExt, symlink};
-use std::path::{Path, PathBuf};
-use std::process::{Command, ExitStatus, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::path::Path;
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::thread;
 use std::time::{Duration, Instant};
 
-const MANIFEST_DIR: &str = env!("CARGO_MANIFEST_DIR");
-const MUSL: &str = "x86_64-unknown-linux-musl";
-const GNU: &str = "x86_64-unknown-linux-gnu";
-/// Bound on one ordinary docker command (run, stop, build of a tiny context).
-const DOCKER_TIMEOUT: Duration = Duration::from_secs(60);
-/// Bound on waiting for a line in a container's log.
-const LOG_TIMEOUT: Duration = Duration::from_secs(20);
+use containers::{
+    Container, Engine, Image, LOG_TIMEOUT, MANIFEST_DIR, Scratch, assert_log_has, check_orphans_reaped, poll,
+    run_bounded, statics, unique_name,
+};
 
 // ---------------------------------------------------------------------------
-// Workers. The sample worker comes from examples/sample-worker/; these are the
-// test-only ones, copied into every test image under /workers/.
+// The engine and its images.
 
-/// Ignores SIGTERM in itself and in everything it starts (an ignored signal
-/// stays ignored across exec), so only a SIGKILL ends it.
-const IGNORE_TERM_WORKER: &str = r#"
-trap '' TERM
-echo "ignore-term: ready"
-while :; do sleep 1; done
-"#;
-
-/// Starts a grandchild of drainit (a background `sh`, same process group) that
-/// reports SIGUSR1, and reports SIGUSR1 itself.
-const USR1_GRANDCHILD_WORKER: &str = r#"
-trap 'echo "worker: got USR1"' USR1
-sh -c 'trap "echo grandchild: got USR1" USR1; echo "grandchild: ready pid=$$ ppid=$PPID"; while :; do sleep 0.1; done' &
-while :; do sleep 0.1; done
-"#;
-
-/// Makes orphans: each `sh -c` exits at once, leaving its background `sleep`
-/// to be re-parented to PID 1 (drainit); the test then kills them, and drainit
-/// must reap them.
-const ORPHANS_WORKER: &str = r#"
-i=0
-while [ "$i" -lt 20 ]; do
-    sh -c 'sleep 1000 & exit 0'
-    i=$((i + 1))
-done
-echo "orphans: spawned $i"
-while :; do sleep 1; done
-"#;
-
-// ---------------------------------------------------------------------------
-// Bounded commands.
-
-struct Out {
-    status: ExitStatus,
-    stdout: String,
-    stderr: String,
-}
-
-impl Out {
-    fn code(&self) -> Option<i32> {
-        self.status.code()
-    }
-    fn text(&self) -> String {
-        format!("stdout:\n{}\nstderr:\n{}", self.stdout, self.stderr)
-    }
-}
-
-/// Runs `cmd` with stdin closed, collecting its output; kills it and fails
-/// after `timeout`.
-fn run_bounded(mut cmd: Command, timeout: Duration) -> Result<Out, String> {
-    let desc = format!("{cmd:?}");
-    cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
-    let mut child = cmd.spawn().map_err(|e| format!("cannot run {desc}: {e}"))?;
-    let mut so = child.stdout.take().expect("piped stdout");
-    let mut se = child.stderr.take().expect("piped stderr");
-    let t_out = thread::spawn(move || {
-        let mut v = Vec::new();
-        let _ = so.read_to_end(&mut v);
-        v
+/// The machine's Docker engine; every test fails with the same clear message
+/// when it is not reachable.
+fn docker() -> &'static Engine {
+    static ENGINE: OnceLock<Result<Engine, String>> = OnceLock::new();
+    let engine = ENGINE.get_or_init(|| {
+        let engine = Engine::host_docker();
+        let hint = "tests/docker.rs needs a running Docker engine (Debian: `apt-get install -y docker.io`, \
+                    then start dockerd; or set DOCKER_HOST); it fails rather than skip";
+        let out = run_bounded(engine.command(&["version", "--format", "{{.Server.Version}}"]), Duration::from_secs(20))
+            .map_err(|e| format!("Docker engine not reachable: {e}. {hint}"))?;
+        if !out.status.success() || out.stdout.trim().is_empty() {
+            return Err(format!(
+                "Docker engine not reachable: `docker version` exited {}: {} -- {hint}",
+                out.status,
+                out.stderr.trim()
+            ));
+        }
+        Ok(engine)
     });
-    let t_err = thread::spawn(move || {
-        let mut v = Vec::new();
-        let _ = se.read_to_end(&mut v);
-        v
-    });
-    let deadline = Instant::now() + timeout;
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(status)) => break status,
-            Ok(None) if Instant::now() >= deadline => {
-                let _ = child.kill();
-                let _ = child.wait();
-                // The readers are left behind: a grandchild may still hold the pipes.
-                return Err(format!("{desc} did not finish within {timeout:?}; killed it"));
-            }
-            Ok(None) => thread::sleep(Duration::from_millis(10)),
-            Err(e) => return Err(format!("waiting for {desc}: {e}")),
-        }
-    };
-    let stdout = String::from_utf8_lossy(&t_out.join().unwrap_or_default()).into_owned();
-    let stderr = String::from_utf8_lossy(&t_err.join().unwrap_or_default()).into_owned();
-    Ok(Out { status, stdout, stderr })
-}
-
-fn docker_cmd(args: &[&str]) -> Command {
-    let mut cmd = Command::new("docker");
-    cmd.args(args);
-    cmd
-}
-
-/// A docker command, bounded; panics only when it cannot run or times out.
-fn docker(args: &[&str]) -> Out {
-    run_bounded(docker_cmd(args), DOCKER_TIMEOUT).unwrap_or_else(|e| panic!("{e}"))
-}
-
-/// A docker command that must succeed; returns its stdout.
-fn docker_ok(args: &[&str]) -> String {
-    let out = docker(args);
-    assert!(out.status.success(), "docker {args:?} failed ({}):\n{}", out.status, out.text());
-    out.stdout
-}
-
-fn unique_name() -> String {
-    static SEQ: AtomicUsize = AtomicUsize::new(0);
-    format!("drainit-test-{}-{}", std::process::id(), SEQ.fetch_add(1, Ordering::SeqCst))
-}
-
-/// Polls `probe` every 100ms until it returns Some, or `timeout` passes.
-fn poll<T>(timeout: Duration, mut probe: impl FnMut() -> Option<T>) -> Option<T> {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(v) = probe() {
-            return Some(v);
-        }
-        if Instant::now() >= deadline {
-            return None;
-        }
-        thread::sleep(Duration::from_millis(100));
-    }
-}
-
-// ---------------------------------------------------------------------------
-// Prerequisites: checked once per test process; every test fails with the
-// same clear message when one is missing.
-
-struct Prereqs {
-    drainit: PathBuf,
-    busybox: PathBuf,
-    applets: Vec<String>,
-}
-
-fn prereqs() -> &'static Prereqs {
-    static PREREQS: OnceLock<Result<Prereqs, String>> = OnceLock::new();
-    match PREREQS.get_or_init(check_prereqs) {
-        Ok(p) => p,
+    match engine {
+        Ok(e) => e,
         Err(msg) => panic!("{msg}"),
     }
 }
 
-fn check_prereqs() -> Result<Prereqs, String> {
-    check_docker_engine()?;
-    let busybox = find_busybox()?;
-    let applets = busybox_applets(&busybox)?;
-    let drainit = static_drainit()?;
-    Ok(Prereqs { drainit, busybox, applets })
+/// `docker build` of `scratch` (a context directory) with `dockerfile`.
+fn build(scratch: Scratch, dockerfile: &str) -> Image {
+    let engine = docker();
+    scratch.write("Dockerfile", dockerfile, 0o644);
+    let image = Image { engine, tag: format!("{}:latest", unique_name()) };
+    let dir = scratch.dir.to_string_lossy().into_owned();
+    let out = engine.run(&["build", "--quiet", "--tag", &image.tag, &dir]);
+    assert!(out.status.success(), "docker build of\n{dockerfile}\nfailed ({}):\n{}", out.status, out.text());
+    image
 }
 
-fn check_docker_engine() -> Result<(), String> {
-    let hint = "tests/docker.rs needs a running Docker engine (start dockerd, or set \
-                DOCKER_HOST); it fails rather than skip";
-    let out = run_bounded(docker_cmd(&["version", "--format", "{{.Server.Version}}"]), Duration::from_secs(20))
-        .map_err(|e| format!("Docker engine not reachable: {e}. {hint}"))?;
-    if !out.status.success() || out.stdout.trim().is_empty() {
-        return Err(format!(
-            "Docker engine not reachable: `docker version` exited {}: {} -- {hint}",
-            out.status,
-            out.stderr.trim()
-        ));
-    }
-    Ok(())
+/// A `FROM scratch` image of busybox, the test workers and the static
+/// drainit at its entry point as in Dockerfile.example, plus `extra`
+/// Dockerfile lines; /tmp only when `with_tmp`.
+fn drainit_image(with_tmp: bool, extra: &str) -> Image {
+    let scratch = Scratch::new();
+    scratch.busybox_rootfs("rootfs", with_tmp);
+    scratch.copy("rootfs/usr/local/bin/drainit", &statics().drainit);
+    build(
+        scratch,
+        &format!(
+            "FROM scratch\n\
+             COPY rootfs/ /\n\
+             STOPSIGNAL SIGTERM\n\
+             ENTRYPOINT [\"/usr/local/bin/drainit\", \"--\"]\n\
+             {extra}"
+        ),
+    )
 }
 
-fn find_busybox() -> Result<PathBuf, String> {
-    let path = PathBuf::from(std::env::var_os("BUSYBOX_STATIC_BIN").unwrap_or_else(|| "/bin/busybox".into()));
-    if !path.is_file() {
-        return Err(format!(
-            "no busybox at {}: install Debian's static one (`apt-get install -y busybox-static`) \
-             or set BUSYBOX_STATIC_BIN",
-            path.display()
-        ));
-    }
-    if !is_static_elf(&path)? {
-        return Err(format!(
-            "{} is dynamically linked and cannot run in a FROM scratch image: install \
-             busybox-static (not busybox), or set BUSYBOX_STATIC_BIN",
-            path.display()
-        ));
-    }
-    Ok(path)
-}
-
-fn busybox_applets(busybox: &Path) -> Result<Vec<String>, String> {
-    let out = run_bounded(
-        {
-            let mut c = Command::new(busybox);
-            c.arg("--list");
-            c
-        },
-        Duration::from_secs(10),
-    )?;
-    let applets: Vec<String> = out
-        .stdout
-        .lines()
-        .map(str::trim)
-        .filter(|a| !a.is_empty() && *a != "busybox" && !a.contains('/'))
-        .map(String::from)
-        .collect();
-    for needed in ["sh", "sleep", "cat", "mkdir", "mv", "rm", "kill"] {
-        if !applets.iter().any(|a| a == needed) {
-            return Err(format!("{} has no `{needed}` applet", busybox.display()));
-        }
-    }
-    Ok(applets)
-}
-
-/// The static drainit: DRAINIT_STATIC_BIN, or the documented static build.
-fn static_drainit() -> Result<PathBuf, String> {
-    let path = match std::env::var_os("DRAINIT_STATIC_BIN") {
-        Some(p) => PathBuf::from(p),
-        None => build_static_drainit()?,
-    };
-    if !is_static_elf(&path)? {
-        return Err(format!("{} is dynamically linked: it would not start in a FROM scratch image", path.display()));
-    }
-    Ok(path)
-}
-
-/// The static build's target and RUSTFLAGS: musl (static by itself; its
-/// flags come from .cargo/config.toml) when rustup installed its std, else
-/// glibc with +crt-static.
-fn static_build() -> (&'static str, Option<&'static str>) {
-    let rustc = std::env::var_os("RUSTC").unwrap_or_else(|| "rustc".into());
-    let sysroot = Command::new(rustc).args(["--print", "sysroot"]).output().ok();
-    let musl_std =
-        sysroot.map(|o| PathBuf::from(String::from_utf8_lossy(&o.stdout).trim()).join("lib/rustlib").join(MUSL));
-    if musl_std.is_some_and(|dir| dir.is_dir()) { (MUSL, None) } else { (GNU, Some("-C target-feature=+crt-static")) }
-}
-
-fn build_static_drainit() -> Result<PathBuf, String> {
-    let (target, rustflags) = static_build();
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let mut cmd = Command::new(cargo);
-    cmd.args(["build", "--release", "--target", target])
-        .arg("--message-format=json-render-diagnostics")
-        .env_remove("RUSTFLAGS")
-        .env_remove("CARGO_ENCODED_RUSTFLAGS")
-        .current_dir(MANIFEST_DIR);
-    if let Some(flags) = rustflags {
-        cmd.env("RUSTFLAGS", flags);
-    }
-    let out = run_bounded(cmd, Duration::from_secs(900))?;
-    if !out.status.success() {
-        return Err(format!(
-            "the static build `RUSTFLAGS='{}' cargo build --release --target {target}` failed ({}):\n{}",
-            rustflags.unwrap_or_default(),
-            out.status,
-            out.stderr
-        ));
-    }
-    // The artifact message names the binary, wherever the target dir is.
-    let from_json = out
-        .stdout
-        .lines()
-        .filter(|l| l.contains(r#""reason":"compiler-artifact""#) && l.contains(r#""name":"drainit""#))
-        .find_map(|l| {
-            let start = l.find(r#""executable":""#)? + r#""executable":""#.len();
-            let len = l[start..].find('"')?;
-            Some(PathBuf::from(&l[start..start + len]))
-        });
-    let path = from_json.unwrap_or_else(|| Path::new(MANIFEST_DIR).join("target").join(target).join("release/drainit"));
-    if !path.is_file() {
-        return Err(format!("the static build succeeded but {} is missing", path.display()));
-    }
-    Ok(path)
-}
-
-/// True when `path` is an ELF executable with no program interpreter.
-fn is_static_elf(path: &Path) -> Result<bool, String> {
-    let b = fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    if b.len() < 64 || &b[..4] != b"\x7fELF" || b[4] != 2 || b[5] != 1 {
-        return Err(format!("{} is not a 64-bit little-endian ELF file", path.display()));
-    }
-    let u16_at = |o: usize| u16::from_le_bytes([b[o], b[o + 1]]) as usize;
-    let phoff = u64::from_le_bytes(b[0x20..0x28].try_into().unwrap()) as usize;
-    let (phentsize, phnum) = (u16_at(0x36), u16_at(0x38));
-    for i in 0..phnum {
-        let o = phoff + i * phentsize;
-        let p_type = b.get(o..o + 4).ok_or_else(|| format!("{}: truncated ELF", path.display()))?;
-        if u32::from_le_bytes(p_type.try_into().unwrap()) == 3 {
-            return Ok(false); // PT_INTERP: needs a dynamic loader
-        }
-    }
-    Ok(true)
-}
-
-// ---------------------------------------------------------------------------
-// Guards for what the tests create.
-
-/// A build context directory under the cargo target tmp dir, removed on drop.
-struct Context {
-    dir: PathBuf,
-}
-
-impl Context {
-    fn new() -> Context {
-        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(unique_name());
-        let _ = fs::remove_dir_all(&dir);
-        fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("mkdir {}: {e}", dir.display()));
-        Context { dir }
-    }
-
-    fn path(&self, rel: &str) -> PathBuf {
-        let p = self.dir.join(rel.trim_start_matches('/'));
-        if let Some(parent) = p.parent() {
-            fs::create_dir_all(parent).unwrap_or_else(|e| panic!("mkdir {}: {e}", parent.display()));
-        }
-        p
-    }
-
-    fn copy(&self, rel: &str, from: &Path) {
-        let to = self.path(rel);
-        fs::copy(from, &to).unwrap_or_else(|e| panic!("cp {} {}: {e}", from.display(), to.display()));
-    }
-
-    fn write(&self, rel: &str, text: &str, mode: u32) {
-        let to = self.path(rel);
-        fs::write(&to, text).unwrap_or_else(|e| panic!("write {}: {e}", to.display()));
-        fs::set_permissions(&to, fs::Permissions::from_mode(mode)).unwrap();
-    }
-
-    fn build(self, dockerfile: &str) -> Image {
-        self.write("Dockerfile", dockerfile, 0o644);
-        let image = Image { tag: format!("{}:latest", unique_name()) };
-        let dir = self.dir.to_string_lossy().into_owned();
-        let out = docker(&["build", "--quiet", "--tag", &image.tag, &dir]);
-        assert!(out.status.success(), "docker build of\n{dockerfile}\nfailed ({}):\n{}", out.status, out.text());
-        image
-    }
-}
-
-impl Drop for Context {
-    fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.dir);
-    }
-}
-
-struct Image {
-    tag: String,
-}
-
-impl Drop for Image {
-    fn drop(&mut self) {
-        let _ = run_bounded(docker_cmd(&["rmi", "--force", &self.tag]), DOCKER_TIMEOUT);
-    }
-}
-
-/// A container name, and the container removed (with its volumes) on drop.
-struct Container {
-    name: String,
-}
-
-impl Container {
-    fn new() -> Container {
-        Container { name: unique_name() }
-    }
-
-    /// `docker run -d` of `image` with `env` and the worker command `args`.
-    fn start(image: &Image, env: &[(&str, &str)], args: &[&str]) -> Container {
-        let c = Container::new();
-        let mut cmd: Vec<String> = vec!["run".into(), "-d".into(), "--name".into(), c.name.clone()];
-        for (k, v) in env {
-            cmd.push("-e".into());
-            cmd.push(format!("{k}={v}"));
-        }
-        cmd.push(image.tag.clone());
-        cmd.extend(args.iter().map(|a| a.to_string()));
-        let cmd: Vec<&str> = cmd.iter().map(String::as_str).collect();
-        docker_ok(&cmd);
-        c
-    }
-
-    fn logs(&self) -> String {
-        let out = docker(&["logs", &self.name]);
-        format!("{}{}", out.stdout, out.stderr)
-    }
-
-    /// Waits until the log has `needle`; panics with the log after `timeout`.
-    fn wait_for_log(&self, needle: &str, timeout: Duration) {
-        if poll(timeout, || self.logs().contains(needle).then_some(())).is_none() {
-            panic!(
-                "container {}: no {needle:?} in its log within {timeout:?}; state {}; log:\n{}",
-                self.name,
-                self.state(),
-                self.logs()
-            );
-        }
-    }
-
-    fn inspect(&self, format: &str) -> String {
-        docker_ok(&["inspect", "--format", format, &self.name]).trim().to_string()
-    }
-
-    fn state(&self) -> String {
-        docker(&["inspect", "--format", "{{.State.Status}} exit={{.State.ExitCode}}", &self.name])
-            .stdout
-            .trim()
-            .to_string()
-    }
-
-    /// `docker stop -t secs`; returns how long it took.
-    fn stop(&self, secs: u32) -> Duration {
-        let t = Instant::now();
-        docker_ok(&["stop", "-t", &secs.to_string(), &self.name]);
-        t.elapsed()
-    }
-
-    fn exit_code(&self) -> i32 {
-        let code = self.inspect("{{.State.ExitCode}}");
-        code.parse().unwrap_or_else(|_| panic!("bad exit code {code:?} for {}", self.name))
-    }
-
-    /// A file from the (possibly stopped) container, via `docker cp`.
-    fn read_file(&self, path: &str) -> Result<String, String> {
-        let ctx = Context::new();
-        let to = ctx.path("copied");
-        let to_s = to.to_string_lossy().into_owned();
-        let out = docker(&["cp", &format!("{}:{path}", self.name), &to_s]);
-        if !out.status.success() {
-            return Err(format!("docker cp {path}: {}", out.stderr.trim()));
-        }
-        fs::read_to_string(&to).map_err(|e| format!("reading copied {path}: {e}"))
-    }
-
-    /// Every process in the container, read from /proc inside it.
-    fn processes(&self) -> Vec<Proc> {
-        let out = docker(&["exec", &self.name, "sh", "-c", "cat /proc/[0-9]*/stat 2>/dev/null"]);
-        out.stdout.lines().filter_map(Proc::parse).collect()
-    }
-}
-
-impl Drop for Container {
-    fn drop(&mut self) {
-        let _ = run_bounded(docker_cmd(&["rm", "--force", "--volumes", &self.name]), DOCKER_TIMEOUT);
-    }
-}
-
-#[derive(Debug)]
-struct Proc {
-    pid: u32,
-    comm: String,
-    state: char,
-    ppid: u32,
-}
-
-impl Proc {
-    /// One /proc/PID/stat line: `pid (comm) state ppid ...`; comm may hold spaces.
-    fn parse(line: &str) -> Option<Proc> {
-        let open = line.find('(')?;
-        let close = line.rfind(')')?;
-        let mut rest = line[close + 1..].split_whitespace();
-        Some(Proc {
-            pid: line[..open].trim().parse().ok()?,
-            comm: line[open + 1..close].to_string(),
-            state: rest.next()?.chars().next()?,
-            ppid: rest.next()?.parse().ok()?,
-        })
-    }
-}
-
-// ---------------------------------------------------------------------------
-// Images.
-
-/// The test image: busybox (with its applets as symlinks), the static drainit
-/// as in Dockerfile.example, the sample worker, and the test workers; built
-/// once and shared by the tests running at the same time.
+/// The test image (drainit_image with /tmp), built once and shared by the
+/// tests running at the same time.
 fn rig() -> Arc<Image> {
     static RIG: Mutex<Weak<Image>> = Mutex::new(Weak::new());
     let mut shared = RIG.lock().unwrap_or_else(|e| e.into_inner());
     if let Some(image) = shared.upgrade() {
         return image;
     }
-    let p = prereqs();
-    let ctx = Context::new();
-    ctx.copy("rootfs/bin/busybox", &p.busybox);
-    for applet in &p.applets {
-        let link = ctx.path(&format!("rootfs/bin/{applet}"));
-        symlink("busybox", &link).unwrap_or_else(|e| panic!("symlink {}: {e}", link.display()));
-    }
-    fs::create_dir_all(ctx.path("rootfs/tmp")).unwrap();
-    ctx.copy("rootfs/usr/local/bin/drainit", &p.drainit);
-    ctx.copy("rootfs/usr/local/bin/sample-worker", &Path::new(MANIFEST_DIR).join("examples/sample-worker/worker.sh"));
-    ctx.write("rootfs/workers/ignore-term.sh", IGNORE_TERM_WORKER, 0o755);
-    ctx.write("rootfs/workers/usr1-grandchild.sh", USR1_GRANDCHILD_WORKER, 0o755);
-    ctx.write("rootfs/workers/orphans.sh", ORPHANS_WORKER, 0o755);
-    let image = Arc::new(ctx.build(
-        "FROM scratch\n\
-         COPY rootfs/ /\n\
-         STOPSIGNAL SIGTERM\n\
-         ENTRYPOINT [\"/usr/local/bin/drainit\", \"--\"]\n",
-    ));
+    let image = Arc::new(drainit_image(true, ""));
     *shared = Arc::downgrade(&image);
     image
 }
 
-/// The final stage of Dockerfile.example, from the last FROM on (which must be
-/// `FROM scratch`), as (instruction, arguments) with continuations joined.
+/// `docker run -d` of `image` with `opts`, `env` and the worker command `args`.
+fn start(image: &Image, opts: &[&str], env: &[(&str, &str)], args: &[&str]) -> Container {
+    Container::start(docker(), opts, env, &image.tag, args)
+}
+
+// ---------------------------------------------------------------------------
+// Dockerfile.example, rebuilt from local files.
+
 fn example_final_stage() -> Vec<(String, String)> {
     let path = Path::new(MANIFEST_DIR).join("Dockerfile.example");
     let text = fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
@@ -570,8 +147,8 @@ fn example_final_stage() -> Vec<(String, String)> {
 /// (drainit or busybox); a plain `COPY` takes the file from the work tree;
 /// every other instruction is kept as written.
 fn example_image() -> Image {
-    let p = prereqs();
-    let ctx = Context::new();
+    let p = statics();
+    let ctx = Scratch::new();
     let mut dockerfile = String::from("FROM scratch\n");
     for (op, args) in example_final_stage() {
         if op != "COPY" {
@@ -605,43 +182,45 @@ fn example_image() -> Image {
         };
         dockerfile.push_str(&format!("COPY {local} {dst}\n"));
     }
-    ctx.build(&dockerfile)
+    build(ctx, &dockerfile)
 }
 
 // ---------------------------------------------------------------------------
-// Small parsers for the manifests.
+// Small parsers for the manifests and the log.
 
-/// `500ms`, `8s`, `1m30s`, or a bare number of seconds.
+/// `500ms`, `8s`, `1.5s`, `1m30s`, or a bare number of seconds.
 fn parse_duration(text: &str) -> Duration {
     let text = text.trim().trim_matches('"');
-    if let Ok(secs) = text.parse::<u64>() {
-        return Duration::from_secs(secs);
+    if let Ok(secs) = text.parse::<f64>() {
+        return Duration::from_secs_f64(secs);
     }
     let mut total = Duration::ZERO;
     let mut rest = text;
     while !rest.is_empty() {
-        let digits = rest.find(|c: char| !c.is_ascii_digit()).unwrap_or(rest.len());
-        let n: u64 = rest[..digits].parse().unwrap_or_else(|_| panic!("bad duration {text:?}"));
+        let digits = rest.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(rest.len());
+        let n: f64 = rest[..digits].parse().unwrap_or_else(|_| panic!("bad duration {text:?}"));
         rest = &rest[digits..];
         let unit = rest.find(|c: char| c.is_ascii_digit()).unwrap_or(rest.len());
-        total += match &rest[..unit] {
-            "ms" => Duration::from_millis(n),
-            "s" => Duration::from_secs(n),
-            "m" => Duration::from_secs(60 * n),
-            "h" => Duration::from_secs(3600 * n),
+        total += Duration::from_secs_f64(match &rest[..unit] {
+            "ms" => n / 1000.0,
+            "s" => n,
+            "m" => 60.0 * n,
+            "h" => 3600.0 * n,
             u => panic!("bad unit {u:?} in duration {text:?}"),
-        };
+        });
         rest = &rest[unit..];
     }
     total
 }
 
-fn env_value(env: &[(String, String)], key: &str) -> Option<Duration> {
-    env.iter().find(|(k, _)| k == key).map(|(_, v)| parse_duration(v))
+/// The value of `key=` in the first log line with `event=NAME`.
+fn event_value(log: &str, event: &str, key: &str) -> Option<String> {
+    let line = log.lines().find(|l| l.split_whitespace().any(|w| w == format!("event={event}")))?;
+    line.split_whitespace().find_map(|w| w.strip_prefix(&format!("{key}=")).map(String::from))
 }
 
-fn assert_log_has(log: &str, needle: &str, what: &str) {
-    assert!(log.contains(needle), "{what}: expected {needle:?} in the log:\n{log}");
+fn env_value(env: &[(String, String)], key: &str) -> Option<Duration> {
+    env.iter().find(|(k, _)| k == key).map(|(_, v)| parse_duration(v))
 }
 
 // ---------------------------------------------------------------------------
@@ -658,10 +237,7 @@ fn docker_run_passes_exit_codes_through() {
         (&["/no/such/worker"], 127),
     ];
     for (args, want) in cases {
-        let c = Container::new();
-        let mut cmd = vec!["run", "--rm", "--name", &c.name, &image.tag];
-        cmd.extend_from_slice(args);
-        let out = docker(&cmd);
+        let (_c, out) = Container::run(docker(), &[], &[], &image.tag, args);
         assert_eq!(out.code(), Some(want), "docker run <image> {args:?}:\n{}", out.text());
         if want == 127 {
             // Docker's own "cannot exec the entrypoint" is 127 too: this one must be drainit's.
@@ -675,8 +251,9 @@ fn docker_run_passes_exit_codes_through() {
 #[test]
 fn docker_stop_lets_a_draining_worker_finish() {
     let image = rig();
-    let c = Container::start(
+    let c = start(
         &image,
+        &[],
         &[("DRAINIT_ORCHESTRATOR_TIMEOUT", "5s"), ("SAMPLE_WORKER_STEP", "1")],
         &["/usr/local/bin/sample-worker"],
     );
@@ -694,8 +271,9 @@ fn docker_stop_lets_a_draining_worker_finish() {
 #[test]
 fn drainit_deadline_beats_docker_kill() {
     let image = rig();
-    let c = Container::start(
+    let c = start(
         &image,
+        &[],
         &[("DRAINIT_GRACE", "2s"), ("DRAINIT_ORCHESTRATOR_TIMEOUT", "5s")],
         &["sh", "/workers/ignore-term.sh"],
     );
@@ -714,48 +292,25 @@ fn drainit_deadline_beats_docker_kill() {
 #[test]
 fn docker_kill_usr1_reaches_a_grandchild() {
     let image = rig();
-    let c = Container::start(&image, &[], &["sh", "/workers/usr1-grandchild.sh"]);
+    let c = start(&image, &[], &[], &["sh", "/workers/usr1-grandchild.sh"]);
     c.wait_for_log("grandchild: ready", LOG_TIMEOUT);
-    docker_ok(&["kill", "--signal", "USR1", &c.name]);
+    docker().ok(&["kill", "--signal", "USR1", &c.name]);
     c.wait_for_log("grandchild: got USR1", Duration::from_secs(10));
     c.wait_for_log("worker: got USR1", Duration::from_secs(10));
-    assert!(c.state().starts_with("running"), "USR1 is no stop signal, yet {}", c.state());
+    assert!(c.running(), "USR1 is no stop signal, yet {}", c.state());
 }
 
 #[test]
 fn orphans_are_reaped_inside_a_container() {
     let image = rig();
-    let c = Container::start(&image, &[], &["sh", "/workers/orphans.sh"]);
-    c.wait_for_log("orphans: spawned 20", LOG_TIMEOUT);
-    // The orphans were re-parented to PID 1...
-    let orphan = |p: &Proc| p.ppid == 1 && p.comm == "sleep";
-    // (polled: a forked orphan may not have exec'd `sleep` yet)
-    let orphans: Vec<String> = poll(Duration::from_secs(10), || {
-        let pids: Vec<String> = c.processes().iter().filter(|p| orphan(p)).map(|p| p.pid.to_string()).collect();
-        (pids.len() == 20).then_some(pids)
-    })
-    .unwrap_or_else(|| panic!("expected 20 orphaned sleeps under PID 1:\n{:#?}", c.processes()));
-    let procs = c.processes();
-    let pid1 = procs.iter().find(|p| p.pid == 1).map(|p| p.comm.as_str());
-    assert_eq!(pid1, Some("drainit"), "PID 1 is not drainit:\n{procs:#?}");
-    // ...and once they die (killed from outside drainit's tree), none is left
-    // as a zombie: only PID 1 can reap them.
-    let mut kill = vec!["exec", c.name.as_str(), "kill", "-KILL"];
-    kill.extend(orphans.iter().map(String::as_str));
-    docker_ok(&kill);
-    let settled = poll(Duration::from_secs(10), || {
-        let procs = c.processes();
-        let gone = !procs.is_empty() && procs.iter().all(|p| p.state != 'Z' && !orphan(p));
-        gone.then_some(())
-    });
-    assert!(settled.is_some(), "killed orphans still there (zombies?) after 10s:\n{:#?}", c.processes());
-    assert!(c.state().starts_with("running"), "the worker should still run: {}", c.state());
+    let c = start(&image, &[], &[], &["sh", "/workers/orphans.sh"]);
+    check_orphans_reaped(&c, "drainit");
 }
 
 #[test]
 fn dockerfile_example_final_stage_runs() {
     let image = example_image();
-    let config = |format: &str| docker_ok(&["image", "inspect", "--format", format, &image.tag]);
+    let config = |format: &str| docker().ok(&["image", "inspect", "--format", format, &image.tag]);
     assert_eq!(config("{{json .Config.Entrypoint}}").trim(), r#"["/usr/local/bin/drainit","--"]"#);
     assert_eq!(config("{{.Config.StopSignal}}").trim(), "SIGTERM");
     let env = config("{{json .Config.Env}}");
@@ -764,7 +319,7 @@ fn dockerfile_example_final_stage_runs() {
     }
 
     // As the quick start runs it: no arguments, no environment.
-    let c = Container::start(&image, &[], &[]);
+    let c = start(&image, &[], &[], &[]);
     c.wait_for_log("sample-worker: ready", LOG_TIMEOUT);
     assert_log_has(&c.logs(), "event=child_started", "example image");
     let took = c.stop(10);
@@ -776,12 +331,16 @@ fn dockerfile_example_final_stage_runs() {
 }
 
 /// Not a Docker test: the grace numbers in Dockerfile.example and
-/// deploy/kubernetes.yaml must agree with each other and with the contract.
+/// deploy/kubernetes.yaml must agree with each other and with the contract,
+/// and their health checks must test the drain file drainit creates.
 #[test]
 fn example_grace_settings_agree() {
-    // Dockerfile.example: grace ends >= 1s before the docker stop timeout.
-    let env: Vec<(String, String)> = example_final_stage()
-        .into_iter()
+    // Dockerfile.example: grace ends >= 1s before the docker stop timeout; the
+    // stop delay leaves the worker time for a step (the sample worker's
+    // default, 1s); a health check lands inside the delay.
+    let stage = example_final_stage();
+    let env: Vec<(String, String)> = stage
+        .iter()
         .filter(|(op, _)| op == "ENV")
         .flat_map(|(_, args)| {
             args.split_whitespace()
@@ -792,38 +351,231 @@ fn example_grace_settings_agree() {
     let timeout = env_value(&env, "DRAINIT_ORCHESTRATOR_TIMEOUT").expect("ENV DRAINIT_ORCHESTRATOR_TIMEOUT");
     let grace = env_value(&env, "DRAINIT_GRACE").expect("ENV DRAINIT_GRACE");
     assert!(grace + Duration::from_secs(1) <= timeout, "Dockerfile.example: grace {grace:?}, timeout {timeout:?}");
+    let delay = env_value(&env, "DRAINIT_STOP_DELAY").unwrap_or_default();
+    assert!(delay + Duration::from_secs(1) < grace, "Dockerfile.example: delay {delay:?} leaves no step in {grace:?}");
+    if let Some((_, drain_file)) = env.iter().find(|(k, _)| k == "DRAINIT_DRAIN_FILE") {
+        let check = stage.iter().find(|(op, _)| op == "HEALTHCHECK").map(|(_, a)| a.as_str()).unwrap_or_default();
+        assert!(check.contains(drain_file.as_str()), "Dockerfile.example: HEALTHCHECK does not test {drain_file}");
+        let interval = check
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix("--interval="))
+            .map(parse_duration)
+            .expect("HEALTHCHECK --interval=");
+        assert!(interval < delay, "Dockerfile.example: a check every {interval:?} may miss a {delay:?} delay");
+    }
 
-    // deploy/kubernetes.yaml: the timeout is what the preStop hook leaves of
-    // terminationGracePeriodSeconds, and the grace ends >= 1s before it.
+    // deploy/kubernetes.yaml: the timeout is what a preStop hook (if any)
+    // leaves of terminationGracePeriodSeconds, the grace ends >= 1s before
+    // it, and the readiness probe tests the drain file.
     let path = Path::new(MANIFEST_DIR).join("deploy/kubernetes.yaml");
     let yaml = fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let lines: Vec<&str> = yaml.lines().map(str::trim).filter(|l| !l.starts_with('#')).collect();
-    let after = |key: &str| -> &str {
-        let i = lines.iter().position(|l| l.starts_with(key)).unwrap_or_else(|| panic!("no {key}"));
-        lines[i][key.len()..].trim()
+    let find = |key: &str, from: usize| lines.iter().skip(from).position(|l| l.starts_with(key)).map(|i| i + from);
+    let value = |i: usize, key: &str| lines[i][key.len()..].trim();
+    let env_var = |name: &str| -> Option<String> {
+        let i = lines.iter().position(|l| *l == format!("- name: {name}"))?;
+        Some(lines[i + 1].strip_prefix("value:").expect("value: after name:").trim().trim_matches('"').to_string())
     };
-    let env_var = |name: &str| -> Duration {
-        let i = lines
-            .iter()
-            .position(|l| *l == format!("- name: {name}"))
-            .unwrap_or_else(|| panic!("kubernetes.yaml sets no {name}"));
-        parse_duration(lines[i + 1].strip_prefix("value:").expect("value: after name:"))
+    let duration_var = |name: &str| parse_duration(&env_var(name).unwrap_or_else(|| panic!("no {name}")));
+    let seconds = |key: &str, from: usize| -> Duration {
+        let i = find(key, from).unwrap_or_else(|| panic!("kubernetes.yaml: no {key}"));
+        Duration::from_secs(value(i, key).parse().unwrap_or_else(|_| panic!("{key} {}", value(i, key))))
     };
-    let period = Duration::from_secs(after("terminationGracePeriodSeconds:").parse().expect("seconds"));
-    let pre_stop = {
-        let command = after("command:");
-        let secs = command.trim_matches(|c| c == '[' || c == ']').split(',').next_back().unwrap();
-        parse_duration(secs.trim().trim_matches('"'))
+    let period = seconds("terminationGracePeriodSeconds:", 0);
+    let pre_stop = match find("preStop:", 0) {
+        None => Duration::ZERO,
+        Some(at) => {
+            let i = find("command:", at).expect("a preStop command");
+            let command = value(i, "command:");
+            assert!(command.contains("sleep"), "the preStop hook is expected to be a sleep: {command}");
+            let secs = command.trim_matches(|c| c == '[' || c == ']').split(',').next_back().unwrap();
+            parse_duration(secs.trim().trim_matches('"'))
+        }
     };
-    assert!(after("command:").contains("sleep"), "the preStop hook is expected to be a sleep");
-    let k8s_timeout = env_var("DRAINIT_ORCHESTRATOR_TIMEOUT");
-    let k8s_grace = env_var("DRAINIT_GRACE");
+    let k8s_timeout = duration_var("DRAINIT_ORCHESTRATOR_TIMEOUT");
+    let k8s_grace = duration_var("DRAINIT_GRACE");
     assert_eq!(
         k8s_timeout + pre_stop,
         period,
         "kubernetes.yaml: DRAINIT_ORCHESTRATOR_TIMEOUT + preStop must equal terminationGracePeriodSeconds"
     );
     assert!(k8s_grace + Duration::from_secs(1) <= k8s_timeout, "kubernetes.yaml: grace {k8s_grace:?}");
-    let step = env_var("SAMPLE_WORKER_STEP");
-    assert!(step < k8s_grace, "kubernetes.yaml: a step ({step:?}) must fit in the grace");
+    let k8s_delay = env_var("DRAINIT_STOP_DELAY").map(|d| parse_duration(&d)).unwrap_or_default();
+    let step = duration_var("SAMPLE_WORKER_STEP");
+    assert!(k8s_delay + step < k8s_grace, "kubernetes.yaml: delay {k8s_delay:?} + a step {step:?} must fit the grace");
+    if let Some(drain_file) = env_var("DRAINIT_DRAIN_FILE") {
+        let probe = find("readinessProbe:", 0).expect("kubernetes.yaml: a readinessProbe on the drain file");
+        let command = find("command:", probe).map(|i| value(i, "command:")).unwrap_or_default();
+        assert!(command.contains(&drain_file), "kubernetes.yaml: the readiness probe does not test {drain_file}");
+        let every = seconds("periodSeconds:", probe);
+        assert!(every < k8s_delay, "kubernetes.yaml: a probe every {every:?} may miss a {k8s_delay:?} delay");
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Stop delay and drain file (issue 14): a load balancer's health check fails
+// first, the worker hears of the stop only after the delay.
+
+#[test]
+fn stop_delay_fails_the_health_check_before_the_worker_hears_of_it() {
+    let image = drainit_image(
+        true,
+        "ENV DRAINIT_STOP_DELAY=1s DRAINIT_DRAIN_FILE=/run/draining DRAINIT_ORCHESTRATOR_TIMEOUT=5s\n\
+         HEALTHCHECK --interval=200ms --timeout=5s --retries=1 CMD [\"/bin/busybox\", \"test\", \"!\", \"-e\", \"/run/draining\"]\n",
+    );
+    let c = start(&image, &[], &[], &["sh", "/workers/term-reporter.sh"]);
+    c.wait_for_log("term-reporter: ready", LOG_TIMEOUT);
+    let health = || c.inspect("{{.State.Status}} {{.State.Health.Status}}");
+    poll(LOG_TIMEOUT, || (health() == "running healthy").then_some(()))
+        .unwrap_or_else(|| panic!("not healthy within {LOG_TIMEOUT:?}: {}; log:\n{}", health(), c.logs()));
+
+    let name = c.name.clone();
+    let stopper = thread::spawn(move || {
+        let t = Instant::now();
+        let out = docker().run(&["stop", "-t", "5", &name]);
+        (out, t.elapsed())
+    });
+    // While the stop is held back: the drain file is there, the worker has not
+    // been told, and the engine's health check turns unhealthy.
+    let (mut drain_file_before_term, mut unhealthy_while_running) = (false, false);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline && !(drain_file_before_term && unhealthy_while_running) {
+        let state = health();
+        if !state.starts_with("running") {
+            break;
+        }
+        unhealthy_while_running |= state == "running unhealthy";
+        if !drain_file_before_term && c.exec(&["test", "-e", "/run/draining"]).status.success() {
+            drain_file_before_term = !c.logs().contains("term-reporter: got TERM");
+        }
+        thread::sleep(Duration::from_millis(50));
+    }
+    let (out, took) = stopper.join().expect("the docker stop thread");
+    assert!(out.status.success(), "docker stop: {}", out.text());
+    let log = c.logs();
+    assert!(drain_file_before_term, "no /run/draining seen before the worker got SIGTERM; log:\n{log}");
+    assert_eq!(c.exit_code(), 0, "docker stop -t 5 took {took:?}; log:\n{log}");
+    assert_log_has(&log, "event=stop_requested signal=SIGTERM grace=4s delay=1s", "stop delay");
+    assert_log_has(&log, "event=stop_forwarded signal=SIGTERM", "stop delay");
+    assert_log_has(&log, "term-reporter: got TERM", "stop delay");
+    assert_log_has(&log, "event=exit code=0", "stop delay");
+    assert!(!log.contains("event=deadline_reached"), "the worker drained in time, yet:\n{log}");
+    let waited = parse_duration(&event_value(&log, "stop_forwarded", "waited").expect("waited= in stop_forwarded"));
+    assert!(waited >= Duration::from_millis(900), "the stop went out after {waited:?}, not ~1s:\n{log}");
+    // Docker runs health checks while a container stops: the probe saw the
+    // drain file. (The status stays as the last probe left it once the
+    // container has exited.)
+    let status = c.inspect("{{.State.Health.Status}} {{.State.Health.FailingStreak}}");
+    assert!(
+        unhealthy_while_running || status.starts_with("unhealthy"),
+        "the health check never failed during the stop ({status}); log:\n{log}"
+    );
+    assert!(unhealthy_while_running, "unhealthy only after the exit ({status}), not while draining; log:\n{log}");
+}
+
+// ---------------------------------------------------------------------------
+// Termination message (issue 16): the kubelet bind-mounts an empty file at
+// /dev/termination-log; drainit writes its one-line summary there.
+
+/// An empty file to bind-mount at /dev/termination-log, and the mount option.
+fn termination_log(scratch: &Scratch) -> (std::path::PathBuf, String) {
+    let file = scratch.path("termination-log");
+    scratch.write("termination-log", "", 0o666);
+    let mount = format!("type=bind,source={},target=/dev/termination-log", file.display());
+    (file, mount)
+}
+
+#[test]
+fn termination_log_gets_the_summary_after_docker_stop() {
+    let image = rig();
+    let scratch = Scratch::new();
+    let (file, mount) = termination_log(&scratch);
+    let c = start(
+        &image,
+        &["--mount", &mount],
+        &[("DRAINIT_GRACE", "1s"), ("DRAINIT_ORCHESTRATOR_TIMEOUT", "5s")],
+        &["sh", "/workers/ignore-term.sh"],
+    );
+    c.wait_for_log("ignore-term: ready", LOG_TIMEOUT);
+    let took = c.stop(5);
+    let log = c.logs();
+    assert_eq!(c.exit_code(), 137, "docker stop -t 5 took {took:?}; log:\n{log}");
+    let message = fs::read_to_string(&file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+    assert_eq!(message.lines().count(), 1, "one line expected in the termination log: {message:?}");
+    assert!(message.starts_with("drainit: code=137 "), "termination log: {message:?}");
+    let words: Vec<&str> = message.split_whitespace().collect();
+    for want in ["deadline_reached=1", "stop=SIGTERM", "attempts=1"] {
+        assert!(words.contains(&want), "no {want} in the termination log: {message:?}");
+    }
+}
+
+#[test]
+fn termination_log_keeps_the_workers_own_message() {
+    let image = rig();
+    let scratch = Scratch::new();
+    let (file, mount) = termination_log(&scratch);
+    let (_c, out) = Container::run(
+        docker(),
+        &["--mount", &mount],
+        &[],
+        &image.tag,
+        &["sh", "-c", "echo 'worker: lease lost' > /dev/termination-log; exit 4"],
+    );
+    assert_eq!(out.code(), Some(4), "{}", out.text());
+    let message = fs::read_to_string(&file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+    assert_eq!(message, "worker: lease lost\n", "drainit wrote over the worker's own message");
+}
+
+// ---------------------------------------------------------------------------
+// The retry-after file in a FROM scratch image (issue 18): no /tmp there, but
+// Docker always mounts /dev/shm.
+
+/// Asks for 300ms on its first attempt, then succeeds; says where the file is.
+const RETRY_AFTER_WORKER: &str = r#"echo "retry-file=${DRAINIT_RETRY_AFTER_FILE-unset}"
+if [ "$DRAINIT_ATTEMPT" = 1 ]; then
+    [ -n "${DRAINIT_RETRY_AFTER_FILE-}" ] && echo 300ms > "$DRAINIT_RETRY_AFTER_FILE"
+    exit 75
+fi
+exit 0"#;
+
+#[test]
+fn retry_after_file_lives_in_dev_shm_without_tmp() {
+    let image = drainit_image(false, "");
+    let (_c, out) = Container::run(
+        docker(),
+        &[],
+        &[("DRAINIT_BACKOFF_DELAY", "5s")],
+        &image.tag,
+        &["sh", "-c", RETRY_AFTER_WORKER],
+    );
+    let log = format!("{}{}", out.stdout, out.stderr);
+    assert_eq!(out.code(), Some(0), "{log}");
+    assert_log_has(&log, "retry-file=/dev/shm/drainit-", "no /tmp");
+    // The worker's 300ms, not a draw from [2.5s, 5s].
+    assert_log_has(&log, "event=backoff attempt=1 code=75 delay=300ms", "no /tmp");
+    assert_log_has(&log, "event=child_started pid=", "no /tmp");
+    assert!(!log.contains("retry_after_unavailable"), "/dev/shm was writable, yet:\n{log}");
+}
+
+#[test]
+fn retry_after_without_tmp_or_dev_shm_is_one_warning() {
+    let image = drainit_image(false, "");
+    let (_c, out) = Container::run(
+        docker(),
+        &["--mount", "type=tmpfs,destination=/dev/shm,readonly"],
+        &[("DRAINIT_BACKOFF_DELAY", "1s")],
+        &image.tag,
+        &["sh", "-c", RETRY_AFTER_WORKER],
+    );
+    let log = format!("{}{}", out.stdout, out.stderr);
+    assert_eq!(out.code(), Some(0), "{log}");
+    assert_log_has(&log, "retry-file=unset", "no /tmp, read-only /dev/shm");
+    let warnings = log.lines().filter(|l| l.contains("event=retry_after_unavailable")).count();
+    assert_eq!(warnings, 1, "one retry_after_unavailable warning expected:\n{log}");
+    // The normal delay: a draw from [base/2, base].
+    let delay = parse_duration(&event_value(&log, "backoff", "delay").unwrap_or_else(|| panic!("no backoff:\n{log}")));
+    assert!(
+        (Duration::from_millis(500)..=Duration::from_secs(1)).contains(&delay),
+        "delay {delay:?} is not in [500ms, 1s]:\n{log}"
+    );
 }
