@@ -769,6 +769,23 @@ fn docker_stop_of_a_term_ignoring_worker_ends_at_drainits_deadline() {
     assert!(took >= Duration::from_millis(3500), "grace 4s, yet stopped after {took:?}:\n{log}");
 }
 
+/// What the README says of a `docker stop -t N` that drainit was not told
+/// of: Docker's SIGKILL ends drainit and the container before drainit's own
+/// deadline, and nothing honest is left in the log.
+#[test]
+fn docker_stop_shorter_than_drainits_deadline_kills_drainit_first() {
+    let d = dockerd();
+    let c = Container::start(d.engine, &["--init"], &[], IMAGE, &["sh", "/workers/ignore-term.sh"]);
+    c.wait_for_log("ignore-term: ready", LOG_TIMEOUT);
+    let took = c.stop(2);
+    let log = c.logs();
+    assert_eq!(c.exit_code(), 137, "docker stop -t 2 took {took:?}; log:\n{log}");
+    // drainit heard the stop and set its deadline for Docker's default 10s...
+    assert_log_has(&log, "event=stop_requested signal=SIGTERM grace=9s", "too short a docker stop");
+    // ...and died of Docker's SIGKILL at 2s, before it: no deadline, no exit line.
+    assert!(!log.contains("event=deadline_reached") && !log.contains("event=exit"), "{log}");
+}
+
 #[test]
 fn docker_init_reaps_orphans() {
     let d = dockerd();
