@@ -15,7 +15,6 @@
 //! instead would kill the container, and with it the worker it protects.
 
 use std::collections::VecDeque;
-use std::fs;
 use std::os::fd::BorrowedFd;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -68,8 +67,9 @@ impl Os for SignalSource {
 }
 
 /// Run the worker to the end; returns drainit's exit code.
-pub fn run(config: Config, signals: SignalSource) -> Code {
-    let mode = reap::setup();
+/// `me` is drainit's pid; `own`, what /proc said of it at start.
+pub fn run(config: Config, mut signals: SignalSource, me: i32, own: Option<procs::Own>) -> Code {
+    let mode = reap::setup(me);
     Event::Started { mode: mode.name(), grace: config.grace, orchestrator_timeout: config.orchestrator_timeout }.emit();
     let take_tty = tty::hand_over(&signals);
     let (worker, finish) = match programs(&config) {
@@ -88,7 +88,10 @@ pub fn run(config: Config, signals: SignalSource) -> Code {
     if let Some(file) = &drain_file {
         file.remove_stale();
     }
-    let proc_self = proc_self();
+    // /proc is our namespace's when it numbers us as getpid does: otherwise
+    // (`unshare --pid` without `--mount-proc`) pids read there would name
+    // other processes, and drainit must not signal them.
+    let proc_self = own.map(|o| o.pid).filter(|pid| *pid == me);
     let policy = supervisor::Policy {
         grace: config.grace,
         orchestrator_timeout: config.orchestrator_timeout,
@@ -98,7 +101,7 @@ pub fn run(config: Config, signals: SignalSource) -> Code {
         finish_timeout: finish.as_ref().map(|_| config.finish_timeout),
         remap: config.remap,
     };
-    let mut supervisor = Supervisor::new(policy, seed());
+    let mut supervisor = Supervisor::new(policy, seed(me));
     let mut exec = Executor {
         spawner: Spawner::new(take_tty),
         worker,
@@ -110,11 +113,11 @@ pub fn run(config: Config, signals: SignalSource) -> Code {
         proc_self,
     };
     let mut turns = Turns::default();
-    let code = turns.run(&mut supervisor, &mut exec, signals);
+    let code = turns.run(&mut supervisor, &mut exec, &mut signals);
     // drainit exits next: the kernel releases the signalfd, the child's
     // stack and the heap in one go, faster than dropping them one by one
     // would (each container stop waits for this).
-    std::mem::forget((exec, turns));
+    std::mem::forget((exec, turns, signals));
     code
 }
 
@@ -135,13 +138,13 @@ struct Turns {
 }
 
 impl Turns {
-    fn run<O: Os>(&mut self, supervisor: &mut Supervisor, exec: &mut Executor, mut os: O) -> Code {
+    fn run<O: Os>(&mut self, supervisor: &mut Supervisor, exec: &mut Executor, os: &mut O) -> Code {
         supervisor.start(&mut self.actions);
         if let Some(code) = self.carry_out(supervisor, exec, Instant::now()) {
             return code;
         }
         loop {
-            self.gather(&mut os, &mut exec.custody, supervisor.next_deadline());
+            self.gather(os, &mut exec.custody, supervisor.next_deadline());
             let now = Instant::now();
             for input in std::mem::take(&mut self.inputs).drain(..) {
                 self.queue.push_back(input);
@@ -248,7 +251,7 @@ impl Executor {
     fn carry_out(&mut self, action: Action) -> Done {
         match action {
             Action::Spawn { attempt } => {
-                self.retry_after.clear();
+                self.retry_after.clear_before(attempt);
                 sys::set_env(ATTEMPT_VAR, attempt.to_string().as_ref());
                 self.spawn(false)
             }
@@ -356,17 +359,9 @@ impl Executor {
     }
 }
 
-/// Our pid in /proc's numbering, or None when /proc is another namespace's
-/// (`unshare --pid` without `--mount-proc`): pids read there would name
-/// other processes, so drainit must not signal them.
-fn proc_self() -> Option<i32> {
-    let me: i32 = fs::read_link("/proc/self").ok()?.to_str()?.parse().ok()?;
-    (me == std::process::id() as i32).then_some(me)
-}
-
-fn seed() -> u64 {
+fn seed(me: i32) -> u64 {
     let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
-    nanos ^ (u64::from(std::process::id()) << 32)
+    nanos ^ ((me as u64) << 32)
 }
 
 #[cfg(test)]

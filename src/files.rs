@@ -8,7 +8,7 @@
 use std::path::{Path, PathBuf};
 
 use nix::errno::Errno;
-use nix::fcntl::{OFlag, open};
+use nix::fcntl::{AT_FDCWD, OFlag, openat};
 use nix::sys::stat::{Mode, SFlag, fstat};
 use nix::unistd::{unlink, write};
 
@@ -41,7 +41,7 @@ impl DrainFile {
     /// link planted by the worker) is left alone.
     pub fn create(&self) {
         let flags = OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
-        match open(self.0.as_path(), flags, Mode::from_bits_truncate(0o644)) {
+        match openat(AT_FDCWD, self.0.as_path(), flags, Mode::from_bits_truncate(0o644)) {
             Ok(_) => {}
             Err(Errno::EEXIST) => skipped("drain_file", &self.0, "a file or link is already there"),
             Err(e) => skipped("drain_file", &self.0, e.desc()),
@@ -56,7 +56,7 @@ impl DrainFile {
 pub fn write_termination_log(path: &Path, line: &str) {
     const WHAT: &str = "termination_log";
     let flags = OFlag::O_WRONLY | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC | OFlag::O_NOCTTY;
-    let fd = match open(path, flags, Mode::empty()) {
+    let fd = match openat(AT_FDCWD, path, flags, Mode::empty()) {
         Ok(fd) => fd,
         Err(Errno::ENOENT) => return,
         Err(Errno::ELOOP) => return skipped(WHAT, path, "a symbolic link, not followed"),

@@ -25,9 +25,9 @@ use std::time::{Duration, Instant};
 
 use log::{LevelFilter, Log, Metadata, Record};
 use nix::errno::Errno;
-use nix::fcntl::{OFlag, open};
+use nix::fcntl::{AT_FDCWD, OFlag, openat};
 use nix::poll::{PollFd, PollFlags, ppoll};
-use nix::sys::stat::{Mode, SFlag, fstat};
+use nix::sys::stat::{Mode, SFlag};
 use nix::sys::time::TimeSpec;
 use nix::unistd::{isatty, write};
 
@@ -72,10 +72,7 @@ pub fn init() {
 }
 
 fn classify() -> Path {
-    if !sys::fd_is_open(STDERR) {
-        return Path::Closed;
-    }
-    let Ok(stat) = fstat(sys::kept_fd(STDERR)) else { return Path::Closed };
+    let Ok(stat) = sys::stat_fd(STDERR) else { return Path::Closed };
     let kind = SFlag::from_bits_truncate(stat.st_mode) & SFlag::S_IFMT;
     if kind == SFlag::S_IFSOCK {
         return Path::Socket;
@@ -86,7 +83,7 @@ fn classify() -> Path {
     // Without /proc, or when a pipe's reader is already gone (ENXIO): the
     // plain writes, which block only behind a reader that stalls.
     let flags = OFlag::O_WRONLY | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC | OFlag::O_NOCTTY;
-    match open("/proc/self/fd/2", flags, Mode::empty()) {
+    match openat(AT_FDCWD, "/proc/self/fd/2", flags, Mode::empty()) {
         Ok(fd) => Path::Own(fd.into_raw_fd()),
         Err(_) => Path::Direct,
     }

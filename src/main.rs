@@ -34,6 +34,9 @@ use std::time::Duration;
 
 use exit::Code;
 
+#[global_allocator]
+static ALLOCATOR: sys::Startup = sys::Startup;
+
 /// How long drainit lets waiting log lines out before it exits anyway: the
 /// exit code must not wait on a stalled log collector.
 const EXIT_FLUSH: Duration = Duration::from_millis(100);
@@ -44,9 +47,12 @@ fn run(args: Vec<OsString>) -> ! {
     // Block signals first: a SIGTERM that reaches PID 1 before it is blocked
     // and read would be discarded by the kernel (init ignores default actions).
     let blocked = signals::block_all();
+    let own = procs::own();
+    signals::reset_ignored(own.map(|o| o.ignored));
     // Before any other fd is opened: it looks at what fd 2 is.
     logging::init();
-    let signals = match blocked.and_then(|()| signals::SignalSource::open()) {
+    let me = nix::unistd::getpid().as_raw();
+    let signals = match blocked.and_then(|()| signals::SignalSource::open(me)) {
         Ok(signals) => signals,
         Err(e) => fail(Code::FAILED, format_args!("error: cannot set up signals: {}", e.desc())),
     };
@@ -60,7 +66,7 @@ fn run(args: Vec<OsString>) -> ! {
         Err(invalid) => fail(Code::CONFIG, invalid),
     };
     logging::init_logger(&config.log_filter);
-    exit(event_loop::run(config, signals))
+    exit(event_loop::run(config, signals, me, own))
 }
 
 /// One line on stderr, then exit with `code`.

@@ -4,6 +4,38 @@
 
 use std::fs;
 
+use nix::fcntl::{AT_FDCWD, OFlag, openat};
+use nix::sys::stat::Mode;
+use nix::unistd::read;
+
+/// What /proc says of drainit itself, read once at start.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Own {
+    /// Our pid in /proc's numbering: another than getpid's when /proc is
+    /// another PID namespace's (`unshare --pid` without `--mount-proc`).
+    pub pid: i32,
+    /// The signals drainit inherited as ignored (bit signo - 1).
+    pub ignored: u64,
+}
+
+/// Pid and SigIgn from /proc/self/status: three syscalls, where asking the
+/// kernel for every signal's disposition would take 62. (drainit opens with
+/// openat throughout: musl's open follows O_CLOEXEC with an fcntl, for
+/// kernels older than 2.6.23.)
+pub fn own() -> Option<Own> {
+    let fd = openat(AT_FDCWD, "/proc/self/status", OFlag::O_RDONLY | OFlag::O_CLOEXEC, Mode::empty()).ok()?;
+    let mut buf = [0u8; 4096];
+    let len = read(&fd, &mut buf).ok()?;
+    parse_status(std::str::from_utf8(buf.get(..len)?).ok()?)
+}
+
+fn parse_status(text: &str) -> Option<Own> {
+    let field = |name: &str| text.lines().find_map(|l| l.strip_prefix(name)).map(str::trim);
+    let pid = field("Pid:")?.parse().ok()?;
+    let ignored = u64::from_str_radix(field("SigIgn:")?, 16).ok()?;
+    Some(Own { pid, ignored })
+}
+
 /// Pids of every descendant of `root`. Racy by nature (processes come and go
 /// while it reads), which is why the deadline kill repeats after each round
 /// of reaping.
@@ -70,12 +102,7 @@ fn children(pid: i32) -> Option<Vec<i32>> {
 
 /// Append the pids listed in `path` (a `children` file) to `out`.
 fn read_pids(path: &str, out: &mut Vec<i32>) -> Option<()> {
-    let fd = nix::fcntl::open(
-        path,
-        nix::fcntl::OFlag::O_RDONLY | nix::fcntl::OFlag::O_CLOEXEC,
-        nix::sys::stat::Mode::empty(),
-    )
-    .ok()?;
+    let fd = openat(AT_FDCWD, path, OFlag::O_RDONLY | OFlag::O_CLOEXEC, Mode::empty()).ok()?;
     let mut buf = [0u8; 4096];
     let mut pending = Vec::new();
     loop {
@@ -131,6 +158,15 @@ fn stat_field(pid: i32, n: usize) -> Option<i32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn reads_pid_and_ignored_signals() {
+        let text = "Name:\tx\nPid:\t42\nPPid:\t1\nSigBlk:\t0000000000000000\nSigIgn:\t0000000180000001\nSigCgt:\t0\n";
+        assert_eq!(parse_status(text), Some(Own { pid: 42, ignored: 0x1_8000_0001 }));
+        assert_eq!(parse_status("Pid:\t42\n"), None);
+        let own = own().unwrap();
+        assert_eq!(own.pid, std::process::id() as i32);
+    }
 
     #[test]
     fn finds_a_child_and_grandchild_both_ways() {

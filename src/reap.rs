@@ -3,7 +3,6 @@
 //! exited child without blocking, and what its wait status says.
 
 use nix::errno::Errno;
-use nix::unistd::getpid;
 
 use crate::events::Event;
 use crate::exit::Code;
@@ -72,8 +71,8 @@ impl Mode {
 }
 
 /// Decide the mode, registering as subreaper when not PID 1.
-pub fn setup() -> Mode {
-    if getpid().as_raw() == 1 {
+pub fn setup(me: i32) -> Mode {
+    if me == 1 {
         return Mode::Pid1;
     }
     match nix::sys::prctl::set_child_subreaper(true) {

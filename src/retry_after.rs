@@ -59,20 +59,30 @@ impl RetryAfter {
 
     /// Remove the file (before an attempt starts: an old value must not
     /// count). A missing file is fine.
-    pub fn clear(&self) {
+    fn clear(&self) {
         if let Some(path) = &self.path {
             let _ = fs::remove_file(path);
         }
     }
 
-    /// Remove drainit's own directory, at exit. The worker may have left
-    /// more in it; remove_dir_all never follows a link out of it.
+    /// Clear before attempt `attempt`: a fresh private directory is empty
+    /// before the first.
+    pub fn clear_before(&self, attempt: u32) {
+        if attempt > 1 || self.dir.is_none() {
+            self.clear();
+        }
+    }
+
+    /// Remove drainit's own directory, at exit: usually empty (drainit
+    /// removes the file once read). The worker may have left more in it;
+    /// remove_dir_all never follows a link out of it.
     pub fn remove_dir(&self) {
         let Some(dir) = &self.dir else { return };
+        if fs::remove_dir(dir).is_ok() {
+            return;
+        }
         self.clear();
-        if let Err(e) = fs::remove_dir(dir)
-            && e.raw_os_error() == Some(libc::ENOTEMPTY)
-        {
+        if fs::remove_dir(dir).is_err() {
             let _ = fs::remove_dir_all(dir);
         }
     }

@@ -138,10 +138,11 @@ pub struct SignalSource {
 }
 
 impl SignalSource {
-    /// The signalfd that reads every signal, once `block_all` has run.
-    pub fn open() -> nix::Result<SignalSource> {
+    /// The signalfd that reads every signal, once `block_all` has run; `me`
+    /// is drainit's pid (signals it caused itself are skipped).
+    pub fn open(me: i32) -> nix::Result<SignalSource> {
         let fd = SignalFd::with_flags(&sys::signal_set(ALL), SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)?;
-        Ok(SignalSource { fd, me: std::process::id() })
+        Ok(SignalSource { fd, me: me as u32 })
     }
 
     /// Sleep until a signal is pending, `timeout` passes (None: forever) or,
@@ -234,12 +235,17 @@ impl SignalSource {
     }
 }
 
-/// Reset inherited dispositions and block every signal: first thing, before
-/// any spawn. A signal that arrives before the worker exists then waits to
-/// be read from the signalfd and is forwarded once it does.
+/// Block every signal: first thing, before any spawn. A signal that arrives
+/// before the worker exists then waits to be read from the signalfd and is
+/// forwarded once it does.
 pub fn block_all() -> nix::Result<()> {
-    sys::reset_signal_dispositions();
     sys::set_signal_mask(&sys::signal_set(ALL))
+}
+
+/// Reset the dispositions drainit inherited as ignored (`ignored`, bit
+/// signo - 1; every signal's when unknown).
+pub fn reset_ignored(ignored: Option<u64>) {
+    sys::reset_signal_dispositions(ignored.unwrap_or(ALL));
 }
 
 /// Restore an empty mask: in the worker-to-be, just before exec.

@@ -36,6 +36,101 @@ extern "C" fn main(argc: libc::c_int, argv: *const *const libc::c_char) -> libc:
     crate::run(args)
 }
 
+/// drainit's allocator. Start-up (clap building and matching its command,
+/// mostly) is a burst of allocations that musl's allocator serves with an
+/// mmap and a munmap per size class and growth step, about twenty syscalls
+/// per start. They are bumped from an arena in .bss instead (no syscall; no
+/// file size, .bss is zero pages until touched); what it cannot hold goes to
+/// the system allocator. Memory freed in the arena is not reused, so its
+/// cost is bounded by ARENA: start-up takes about 50 KiB of it, mostly
+/// still in use afterwards, and the few allocations of the loop (error
+/// texts, signal names in log lines) the rest, until it is full.
+pub struct Startup;
+
+const ARENA: usize = 64 * 1024;
+
+#[repr(C, align(64))]
+struct Arena(std::cell::UnsafeCell<[u8; ARENA]>);
+
+// SAFETY: the bytes are handed out by `bump` only, each range once, through
+// an atomic cursor; no two allocations share a byte.
+unsafe impl Sync for Arena {}
+
+static ARENA_BYTES: Arena = Arena(std::cell::UnsafeCell::new([0; ARENA]));
+/// Bytes of the arena handed out.
+static USED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+impl Startup {
+    fn base() -> usize {
+        ARENA_BYTES.0.get() as usize
+    }
+
+    fn owns(ptr: *mut u8) -> bool {
+        (Self::base()..Self::base() + ARENA).contains(&(ptr as usize))
+    }
+
+    /// A fresh range of the arena for `layout`, if it still has room.
+    fn bump(layout: std::alloc::Layout) -> Option<*mut u8> {
+        let base = Self::base();
+        let mut used = USED.load(Ordering::Relaxed);
+        loop {
+            let start = (base + used).checked_next_multiple_of(layout.align())? - base;
+            let end = start.checked_add(layout.size()).filter(|end| *end <= ARENA)?;
+            match USED.compare_exchange_weak(used, end, Ordering::Relaxed, Ordering::Relaxed) {
+                // The pointer is derived from the arena's own, in bounds.
+                Ok(_) => return Some(ARENA_BYTES.0.get().cast::<u8>().wrapping_add(start)),
+                Err(now) => used = now,
+            }
+        }
+    }
+}
+
+// SAFETY: every pointer returned is valid for its layout (arena ranges are
+// aligned, in bounds, handed out once; the rest is the system allocator's);
+// dealloc and realloc tell the two apart by address and hand the system's
+// pointers back to it alone.
+unsafe impl std::alloc::GlobalAlloc for Startup {
+    unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
+        match Self::bump(layout) {
+            Some(ptr) => ptr,
+            // SAFETY: the caller's layout, as GlobalAlloc requires.
+            None => unsafe { std::alloc::System.alloc(layout) },
+        }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: std::alloc::Layout) {
+        if !Self::owns(ptr) {
+            // SAFETY: a pointer the system allocator returned, with its layout.
+            unsafe { std::alloc::System.dealloc(ptr, layout) }
+        }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: std::alloc::Layout, new_size: usize) -> *mut u8 {
+        if !Self::owns(ptr) {
+            // SAFETY: a pointer the system allocator returned, with its layout.
+            return unsafe { std::alloc::System.realloc(ptr, layout, new_size) };
+        }
+        // The last range handed out grows (or shrinks) in place: a Vec
+        // being filled is usually that.
+        let end = ptr as usize - Self::base() + layout.size();
+        let new_end = end - layout.size() + new_size;
+        if new_end <= ARENA && USED.compare_exchange(end, new_end, Ordering::Relaxed, Ordering::Relaxed).is_ok() {
+            return ptr;
+        }
+        let Ok(new) = std::alloc::Layout::from_size_align(new_size, layout.align()) else {
+            return ptr::null_mut();
+        };
+        // SAFETY: `new` has a non-zero size (realloc's contract).
+        let moved = unsafe { self.alloc(new) };
+        if !moved.is_null() {
+            // SAFETY: both ranges are valid for the smaller size and distinct
+            // (arena ranges are never handed out twice).
+            unsafe { ptr::copy_nonoverlapping(ptr, moved, layout.size().min(new_size)) };
+        }
+        moved
+    }
+}
+
 /// The stack the worker-to-be runs on between clone and exec (see `spawn`),
 /// with a guard page below it: an overflow faults instead of overwriting
 /// drainit's memory, which the child shares.
@@ -186,11 +281,15 @@ pub fn exit_now(code: i32) -> ! {
     unsafe { libc::_exit(code) }
 }
 
-/// Whether `fd` is open (asked before borrowing it: fd 2 may be closed).
-pub fn fd_is_open(fd: RawFd) -> bool {
-    // SAFETY: F_GETFD takes no argument and reads nothing of ours; any
-    // integer is a valid fd argument (EBADF when none is open).
-    unsafe { libc::fcntl(fd, libc::F_GETFD) >= 0 }
+/// fstat(2) of a raw fd that may be closed (EBADF then): fd 2 at start,
+/// before drainit may borrow it.
+pub fn stat_fd(fd: RawFd) -> nix::Result<libc::stat> {
+    let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
+    // SAFETY: st is valid for writes of a struct stat for the call; any
+    // integer is a valid fd argument.
+    Errno::result(unsafe { libc::fstat(fd, st.as_mut_ptr()) })?;
+    // SAFETY: fstat succeeded, so it filled st.
+    Ok(unsafe { st.assume_init() })
 }
 
 /// An fd drainit keeps open for its whole life (stderr, and the log's own
@@ -198,7 +297,7 @@ pub fn fd_is_open(fd: RawFd) -> bool {
 pub fn kept_fd(fd: RawFd) -> BorrowedFd<'static> {
     // SAFETY: callers pass only fds that drainit never closes: 2, and the
     // one logging.rs opens once and leaks (into_raw_fd) for that purpose.
-    // logging.rs asks for fd 2 only after `fd_is_open(2)` said it is open.
+    // logging.rs asks for fd 2 only after `stat_fd(2)` found it open.
     unsafe { BorrowedFd::borrow_raw(fd) }
 }
 
@@ -245,23 +344,25 @@ pub const SIGRTMAX: i32 = 64;
 /// the glibc and the musl build, whatever libc the worker uses.
 pub const SIGRTMIN: i32 = 34;
 
-/// Set every signal's disposition to SIG_DFL. drainit never installs a
-/// handler (it reads signals from a signalfd), so this undoes only what it
-/// inherited: an ignored SIGCHLD would make the kernel reap children before
-/// drainit can read their status, and ignored dispositions survive exec and
-/// would reach the worker. Children inherit the result, so the worker starts
-/// with default dispositions without any work between spawn and exec.
+/// Set the disposition of the signals in `bits` (bit signo - 1) to SIG_DFL.
+/// drainit never installs a handler (it reads signals from a signalfd), and
+/// a handler does not survive exec, so only what it inherited as ignored
+/// needs undoing: an ignored SIGCHLD would make the kernel reap children
+/// before drainit can read their status, and ignored dispositions survive
+/// exec and would reach the worker. Children inherit the result, so the
+/// worker starts with default dispositions without any work between spawn
+/// and exec.
 ///
 /// The raw syscall, because glibc's signal() refuses the two signals it
 /// reserves (32 and 33), which a parent may still have left ignored (seen:
 /// an agent runner does).
-pub fn reset_signal_dispositions() {
+pub fn reset_signal_dispositions(bits: u64) {
     // The kernel's struct sigaction, all zero: handler SIG_DFL (0), no
     // flags, empty mask. 32 bytes covers the x86_64 layout (with
     // sa_restorer) and the generic one (without); zero reads the same in both.
     let default = [0u64; 4];
     for signo in 1..=SIGRTMAX {
-        if signo == libc::SIGKILL || signo == libc::SIGSTOP {
+        if signo == libc::SIGKILL || signo == libc::SIGSTOP || bits & (1 << (signo - 1)) == 0 {
             continue;
         }
         // SAFETY: the new action points to 32 readable bytes that stay alive
