@@ -135,20 +135,41 @@ const ALL: u64 = u64::MAX;
 pub struct SignalSource {
     fd: SignalFd,
     me: u32,
+    /// What the next read of the signalfd may do, as the last wait found.
+    next: Next,
+}
+
+/// The signalfd blocks: a read waits for a signal. While nothing else is
+/// waited for (no deadline, no log line for stderr), that read is the whole
+/// wait, one syscall per wakeup instead of a ppoll and a read.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Next {
+    /// Idle: the read may block.
+    Block,
+    /// ppoll found signals pending: the read returns at once.
+    Pending,
+    /// ppoll returned for something else: no read.
+    Skip,
 }
 
 impl SignalSource {
     /// The signalfd that reads every signal, once `block_all` has run; `me`
     /// is drainit's pid (signals it caused itself are skipped).
     pub fn open(me: i32) -> nix::Result<SignalSource> {
-        let fd = SignalFd::with_flags(&sys::signal_set(ALL), SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)?;
-        Ok(SignalSource { fd, me: me as u32 })
+        let fd = SignalFd::with_flags(&sys::signal_set(ALL), SfdFlags::SFD_CLOEXEC)?;
+        Ok(SignalSource { fd, me: me as u32, next: Next::Skip })
     }
 
     /// Sleep until a signal is pending, `timeout` passes (None: forever) or,
     /// when given, `stderr` can take more of drainit's waiting log lines.
-    /// Returns whether `stderr` is ready (writable, or failed).
-    pub fn wait(&self, timeout: Option<Duration>, stderr: Option<BorrowedFd<'_>>) -> nix::Result<bool> {
+    /// Returns whether `stderr` is ready (writable, or failed). With neither
+    /// a timeout nor stderr, the sleep is left to the next `drain`'s read.
+    pub fn wait(&mut self, timeout: Option<Duration>, stderr: Option<BorrowedFd<'_>>) -> nix::Result<bool> {
+        if timeout.is_none() && stderr.is_none() {
+            self.next = Next::Block;
+            return Ok(false);
+        }
+        self.next = Next::Skip;
         let signals = PollFd::new(self.fd.as_fd(), PollFlags::POLLIN);
         let mut fds = [signals, PollFd::new(self.fd.as_fd(), PollFlags::empty())];
         let used = match stderr {
@@ -159,10 +180,21 @@ impl SignalSource {
             None => 1,
         };
         match ppoll(&mut fds[..used], timeout.map(TimeSpec::from), None) {
-            Ok(_) => Ok(used == 2 && fds[1].revents().is_some_and(|r| !r.is_empty())),
+            Ok(_) => {
+                if fds[0].revents().is_some_and(|r| r.contains(PollFlags::POLLIN)) {
+                    self.next = Next::Pending;
+                }
+                Ok(used == 2 && fds[1].revents().is_some_and(|r| !r.is_empty()))
+            }
             Err(Errno::EINTR) => Ok(false),
             Err(e) => Err(e),
         }
+    }
+
+    /// Whether a signal is pending now: before a read that must not block.
+    fn pending_now(&self) -> bool {
+        let mut fds = [PollFd::new(self.fd.as_fd(), PollFlags::POLLIN)];
+        ppoll(&mut fds, Some(TimeSpec::from(Duration::ZERO)), None).is_ok_and(|n| n > 0)
     }
 
     /// Read what is pending, at most `max` signals, calling `each` for every
@@ -177,8 +209,11 @@ impl SignalSource {
     ///
     /// One read takes up to a batch of records: when it returns fewer than
     /// it had room for, nothing more is pending, and no read is spent on
-    /// finding that out.
-    pub fn drain(&self, max: usize, mut each: impl FnMut(Signo)) -> nix::Result<()> {
+    /// finding that out. Only the first read may block (see `wait`).
+    pub fn drain(&mut self, max: usize, mut each: impl FnMut(Signo)) -> nix::Result<()> {
+        if std::mem::replace(&mut self.next, Next::Skip) == Next::Skip {
+            return Ok(());
+        }
         const RECORD: usize = size_of::<libc::signalfd_siginfo>();
         const BATCH: usize = 16;
         let mut buf = [0u8; BATCH * RECORD];
@@ -187,11 +222,12 @@ impl SignalSource {
         let mut narrowed = false;
         let mut left = max;
         let mut outcome = Ok(());
-        while left > 0 {
+        let mut first = true;
+        while left > 0 && (std::mem::take(&mut first) || self.pending_now()) {
             let room = left.min(BATCH) * RECORD;
             let got = match read(&self.fd, &mut buf[..room]) {
                 Ok(got) => got,
-                Err(Errno::EAGAIN) => break,
+                Err(Errno::EAGAIN | Errno::EINTR) => break,
                 Err(e) => {
                     outcome = Err(e);
                     break;
