@@ -480,6 +480,21 @@ fn line_index(log: &str, pred: impl Fn(&str) -> bool) -> Option<usize> {
 
 const JOBS: u32 = 6;
 
+/// The end of a scenario whose worker was killed mid-job: all JOBS done, each
+/// completed exactly once, `interrupted` attempted twice, the lease released.
+fn assert_every_job_done_once(s: &Status, interrupted: u32) {
+    assert_eq!(s.done, JOBS, "every job done: {s:?}");
+    assert_eq!(s.running, 0, "{s:?}");
+    assert_eq!(s.completions, JOBS, "each job completed exactly once: {s:?}");
+    assert_eq!(s.duplicates, 0, "{s:?}");
+    for j in &s.jobs {
+        assert_eq!(j.completions, 1, "job {} completed {} times", j.id, j.completions);
+    }
+    let again = s.jobs.iter().find(|j| j.id == interrupted).unwrap();
+    assert_eq!(again.attempts, 2, "the interrupted job ran twice, finished once: {again:?}");
+    assert_eq!(s.leases[0]["state"], "released", "{s:?}");
+}
+
 /// 1. SIGTERM drainit mid-job: the worker stops claiming, hands its job back, releases
 ///    its lease and exits 0; drainit exits 0 well inside the grace; nothing is lost.
 #[test]
@@ -606,17 +621,7 @@ fn sigkill_of_the_namespace_then_restart_backs_off_and_reclaims() {
     assert_eq!(drainit_events(&log, "exit").last().map(|e| e["code"].clone()), Some("0".into()));
     assert!(drainit_events(&log, "backoff_exhausted").is_empty(), "log:\n{log}");
 
-    let s = sb.status();
-    assert_eq!(s.done, JOBS, "every job done: {s:?}");
-    assert_eq!(s.running, 0, "{s:?}");
-    assert_eq!(s.completions, JOBS, "each job completed exactly once: {s:?}");
-    assert_eq!(s.duplicates, 0, "{s:?}");
-    for j in &s.jobs {
-        assert_eq!(j.completions, 1, "job {} completed {} times", j.id, j.completions);
-    }
-    let again = s.jobs.iter().find(|j| j.id == interrupted).unwrap();
-    assert_eq!(again.attempts, 2, "the interrupted job ran twice, finished once: {again:?}");
-    assert_eq!(s.leases[0]["state"], "released", "{s:?}");
+    assert_every_job_done_once(&sb.status(), interrupted);
     eprintln!("[sigkill] restarted run took {took:?}");
 }
 
@@ -768,16 +773,7 @@ fn finish_releases_the_lease_of_a_worker_killed_at_the_deadline() {
     assert_eq!(release[0]["outcome"], "nothing_held", "log:\n{log}");
     assert_eq!(release[0]["worker"], "exited:0", "log:\n{log}");
 
-    let s = sb.status();
-    assert_eq!(s.done, JOBS, "every job done: {s:?}");
-    assert_eq!(s.completions, JOBS, "each job completed exactly once: {s:?}");
-    assert_eq!(s.duplicates, 0, "{s:?}");
-    for j in &s.jobs {
-        assert_eq!(j.completions, 1, "job {} completed {} times", j.id, j.completions);
-    }
-    let again = s.jobs.iter().find(|j| j.id == interrupted).unwrap();
-    assert_eq!(again.attempts, 2, "the killed job ran twice, finished once: {again:?}");
-    assert_eq!(s.leases[0]["state"], "released", "{s:?}");
+    assert_every_job_done_once(&sb.status(), interrupted);
 }
 
 /// `release` is fenced on the token in its token file, so it never frees a lease a
