@@ -21,8 +21,9 @@ Exit codes of `run`:
   1   the lease was lost while running (someone else fenced us out)
   2   bad flags or environment
 
-Exit codes of `release`: 0 whether or not there was anything to release, 1 on a
-database error (the token file is kept, so running it again retries), 2 bad flags.
+Exit codes of `release`: 0 whether or not there was anything to release; 1 on a
+database error or a token file it cannot use (kept, so running it again retries);
+2 bad flags, or not run by drainit as its finish program.
 """
 
 import argparse
@@ -370,8 +371,9 @@ def cmd_sweep(a):
 #
 # `run` records the token it holds in a file private to its container; `release`
 # frees the lease only while it still carries that token. Tokens only grow, so a
-# newer holder's lease never matches, and a file left from an earlier attempt names
-# an older token that matches nothing. See README.md, "After a SIGKILL".
+# newer holder's lease never matches; every start removes the file before it looks
+# at the lease, so a file from an earlier run is never acted on. See README.md,
+# "After a SIGKILL".
 
 
 def remove_file(path):
@@ -418,8 +420,9 @@ def cmd_release(a):
     acted on, and the fenced update matches nothing a second time)."""
     status = os.environ.get("DRAINIT_WORKER_STATUS")
     if status is None:
-        raise SystemExit(f"{PROG}: error: release frees the lease of a worker that must be provably "
-                         "gone: run it as drainit's --finish program (DRAINIT_WORKER_STATUS is not set)")
+        print(f"{PROG}: error: release frees the lease of a worker that must be provably gone: "
+              "run it as drainit's --finish program (DRAINIT_WORKER_STATUS is not set)", file=sys.stderr)
+        return 2
     ctx = {"worker": status, "deadline_reached": os.environ.get("DRAINIT_DEADLINE_REACHED", "-")}
     try:
         held = read_token_file(a.token_file)
