@@ -1,23 +1,20 @@
 //! Reaping: orphans that come to drainit (as PID 1 or as subreaper) are
 //! reaped at once, and nothing is left when it exits.
 
-mod common;
-use common::*;
+mod kit;
+use kit::*;
 
-#[test]
-fn double_forked_orphans_leave_no_zombie() {
-    for mode in MODES {
+per_mode! {
+    fn double_forked_orphans_leave_no_zombie(mode) {
         let dir = Scratch::new("orphans");
-        let (pids, go) = (path_str(&dir.path("pids")), path_str(&dir.path("go")));
-        // 20 orphans, each in a subshell that exits at once (double fork), that
-        // live until told to go; the worker stays up meanwhile.
-        let script = format!(
-            "for i in $(seq 20); do (sh -c 'echo $$ >> {pids}; while [ ! -e {go} ]; do sleep 0.02; done' &); done; \
-             trap 'exit 0' TERM; while :; do sleep 0.05; done"
-        );
-        let mut run = drainit(mode, with_sh(&["-v"], &script)).spawn();
-        assert!(wait_until(secs(10), || dir.lines("pids").len() == 20), "{mode:?}: {}", run.log());
-        std::fs::write(dir.path("go"), "").unwrap();
+        // 20 orphans (double forks) that exit by themselves soon after they
+        // are up; the worker stays up until SIGTERM.
+        let mut worker = Recorder::new(&dir, "w");
+        for i in 0..20 {
+            worker = worker.child(Recorder::new(&dir, &format!("o{i}")).orphan().exit_after(100, 0));
+        }
+        let mut run = drainit(mode, worker.worker_with(&["-v"])).spawn();
+        assert!(worker.wait_ready(secs(20)), "{mode:?}: {}", run.log());
         // Each orphan was reparented to drainit, exited, and was reaped.
         assert!(
             wait_until(secs(10), || run.count_events("reaped") >= 20),
@@ -25,34 +22,57 @@ fn double_forked_orphans_leave_no_zombie() {
             run.count_events("reaped"),
             run.log()
         );
-        assert!(wait_until(secs(5), || zombie_children(run.pid).is_empty()), "{mode:?}: zombies under drainit");
+        assert!(wait_until(secs(5), || HOST.zombie_children(run.pid).is_empty()), "{mode:?}: zombies under drainit");
         run.signal(libc::SIGTERM);
         assert_eq!(run.wait(secs(10)).code, Some(0), "{mode:?}: {}", run.log());
     }
 }
 
-#[test]
-fn orphans_of_the_worker_are_reaped_with_their_status() {
-    let mut run =
-        drainit(Mode::Pid1, with_sh(&["-v"], "(sh -c 'exit 9' &); (sh -c 'kill -USR1 $$' &); sleep 1")).spawn();
-    assert_eq!(run.wait(secs(10)).code, Some(0), "{}", run.log());
-    let log = run.log();
-    assert!(log.contains("code=9") && log.contains("signal=SIGUSR1 code=138"), "{log}");
+per_mode! {
+    fn orphans_of_the_worker_are_reaped_with_their_status(mode) {
+        let dir = Scratch::new("status");
+        let rec = Recorder::new(&dir, "w");
+        // Two orphans: one exits 9, one dies of SIGUSR1; then the worker
+        // becomes the recorder and waits for SIGTERM.
+        let script = format!(
+            "(sh -c 'exit 9' &); (sh -c 'kill -USR1 $$' &); exec {}",
+            rec.argv().join(" ")
+        );
+        let mut run = drainit(mode, with_sh(&["-v"], &script)).spawn();
+        let statuses = |run: &Running| -> Vec<(String, String)> {
+            run.events()
+                .iter()
+                .filter(|e| e.name == "reaped")
+                .map(|e| (e.get("signal").unwrap_or("").to_string(), e["code"].to_string()))
+                .collect()
+        };
+        let want = |s: &[(String, String)]| {
+            s.contains(&(String::new(), "9".into())) && s.contains(&("SIGUSR1".into(), "138".into()))
+        };
+        assert!(wait_until(secs(10), || want(&statuses(&run))), "{mode:?}: {:?}\n{}", statuses(&run), run.log());
+        assert!(rec.wait_ready(secs(10)), "{}", run.log());
+        run.signal(libc::SIGTERM);
+        assert_eq!(run.wait(secs(10)).code, Some(0), "{}", run.log());
+    }
 }
 
 #[test]
 fn idle_drainit_does_not_wake_up() {
-    let mut run = drainit(Mode::Subreaper, sh("sleep 30 & wait")).spawn();
-    assert!(run.wait_log(&["event=child_started"], secs(10)));
-    std::thread::sleep(ms(300));
-    let switches = || {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", run.pid)).unwrap_or_default();
-        status
-            .lines()
-            .filter(|l| l.contains("ctxt_switches"))
-            .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
-            .sum::<u64>()
-    };
+    let dir = Scratch::new("idle");
+    let rec = Recorder::new(&dir, "w").term(Term::Default);
+    let mut run = drainit(Mode::Subreaper, rec.worker()).spawn();
+    assert!(rec.wait_ready(secs(10)), "{}", run.log());
+    // Settled: no switch for 200ms (start-up is over), then a 2s window.
+    let switches = || HOST.ctxt_switches(run.pid);
+    let mut last = (switches(), std::time::Instant::now());
+    let settled = wait_until(secs(5), || {
+        let now = switches();
+        if now != last.0 {
+            last = (now, std::time::Instant::now());
+        }
+        last.1.elapsed() >= ms(200)
+    });
+    assert!(settled, "drainit never settled: {} switches", switches());
     let before = switches();
     std::thread::sleep(secs(2));
     let after = switches();

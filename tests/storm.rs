@@ -7,23 +7,20 @@
 //! both modes (the storm through the deadline lasts until drainit exits).
 //! Measurements go to stderr (`cargo test --test storm -- --nocapture`).
 
-mod common;
-mod robust;
-use common::*;
-use robust::*;
+mod kit;
+use kit::*;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::thread;
 use std::time::{Duration, Instant};
 
-const SIGREC: &str = include_str!("robust/sigrec.c");
-const ORPHANS: &str = include_str!("robust/orphans.c");
+const ORPHANS: &str = include_str!("kit/orphans.c");
 
 const STOPS: [i32; 3] = [libc::SIGTERM, libc::SIGINT, libc::SIGQUIT];
 
 /// Every catchable signal but the stop signals, SIGCHLD, and the two
-/// real-time signals glibc keeps for itself (sigrec.c, a glibc program,
+/// real-time signals glibc keeps for itself (the recorder, a glibc program,
 /// cannot catch them).
 fn plain_kinds() -> Vec<i32> {
     (1..=64)
@@ -133,11 +130,6 @@ fn storm(pidfd: &Arc<Pidfd>, kinds: &[i32], total: u64, threads: u64, past_total
     }
 }
 
-/// The signal numbers the recorder has seen so far.
-fn seen(dir: &Scratch) -> Vec<i32> {
-    dir.lines("seen").iter().filter_map(|l| l.trim().parse().ok()).collect()
-}
-
 /// The kernel drops a pending SIGCONT when a stop signal (TSTP, TTIN, TTOU)
 /// arrives after it, and pending stop signals when SIGCONT arrives after
 /// them, at drainit and at the worker alike (signal(7)): in an interleaved
@@ -147,14 +139,14 @@ const JOB_CONTROL: [i32; 4] = [libc::SIGCONT, libc::SIGTSTP, libc::SIGTTIN, libc
 /// Each job-control kind the worker has not seen yet, sent once more after
 /// the storm, one at a time so that none cancels another: each must then get
 /// through. Returns those that still did not.
-fn resend_job_control(pidfd: &Pidfd, dir: &Scratch) -> Vec<i32> {
+fn resend_job_control(pidfd: &Pidfd, rec: &Recorder) -> Vec<i32> {
     let mut lost = Vec::new();
     for kind in JOB_CONTROL {
-        if seen(dir).contains(&kind) {
+        if rec.saw(kind) {
             continue;
         }
         let _ = pidfd.send(kind);
-        if !wait_until(secs(5), || seen(dir).contains(&kind)) {
+        if !rec.wait_seen(kind, secs(5)) {
             lost.push(kind);
         }
     }
@@ -168,15 +160,13 @@ fn storm_size() -> u64 {
 #[test]
 fn signal_storm_without_stop_signals_then_a_final_sigterm() {
     let _heavy = heavy();
-    let recorder = c_helper("sigrec", SIGREC);
     for mode in MODES {
         let dir = Scratch::new("storm");
-        let (out, ready) = (path_str(&dir.path("seen")), path_str(&dir.path("ready")));
-        let args = ["--grace", "3s", "--orchestrator-timeout", "4s", "--", &path_str(&recorder), &out, &ready, "exit"];
-        let mut run = drainit(mode, args).spawn();
-        assert!(wait_until(secs(10), || dir.exists("ready")), "{mode:?}: worker not ready; {}", run.log());
+        let rec = Recorder::new(&dir, "w").term(Term::Exit);
+        let mut run = drainit(mode, rec.worker_with(&["--grace", "3s", "--orchestrator-timeout", "4s"])).spawn();
+        assert!(rec.wait_ready(secs(10)), "{mode:?}: worker not ready; {}", run.log());
         let pidfd = Arc::new(Pidfd::open(run.pid));
-        let before = memory_kib(run.pid);
+        let before = HOST.memory_kib(run.pid);
 
         let kinds = plain_kinds();
         let s = storm(&pidfd, &kinds, storm_size(), 4, false);
@@ -189,17 +179,17 @@ fn signal_storm_without_stop_signals_then_a_final_sigterm() {
             s.kinds
                 .iter()
                 .copied()
-                .filter(|k| *k != libc::SIGCHLD && !except.contains(k) && !seen(&dir).contains(k))
+                .filter(|k| *k != libc::SIGCHLD && !except.contains(k) && !rec.seen().contains(k))
                 .collect::<Vec<_>>()
         };
         let all_seen = wait_until(secs(15), || missing(&JOB_CONTROL).is_empty());
-        let after = memory_kib(run.pid);
+        let after = HOST.memory_kib(run.pid);
         eprintln!(
             "storm {mode:?}: {} signals accepted ({} refused, queue full) in {:?}; worker saw {}/{} kinds; drainit VmRSS {}->{} KiB, VmHWM {}->{} KiB",
             s.sent,
             s.refused,
             s.took,
-            seen(&dir).len(),
+            rec.seen().len(),
             kinds.len(),
             before.0,
             after.0,
@@ -212,10 +202,10 @@ fn signal_storm_without_stop_signals_then_a_final_sigterm() {
             missing(&JOB_CONTROL),
             run.log()
         );
-        let lost = resend_job_control(&pidfd, &dir);
+        let lost = resend_job_control(&pidfd, &rec);
         assert!(lost.is_empty(), "{mode:?}: {lost:?} sent again after the storm, not seen");
         assert!(missing(&[]).is_empty(), "{mode:?}: {:?} never seen", missing(&[]));
-        assert!(!seen(&dir).contains(&libc::SIGCHLD), "{mode:?}: drainit forwarded SIGCHLD");
+        assert!(!rec.seen().contains(&libc::SIGCHLD), "{mode:?}: drainit forwarded SIGCHLD");
         assert!(!pidfd.exited(), "{mode:?}: drainit exited after the storm; log:\n{}", run.log());
 
         let sent = Instant::now();
@@ -225,7 +215,7 @@ fn signal_storm_without_stop_signals_then_a_final_sigterm() {
         eprintln!("storm {mode:?}: final SIGTERM -> exit {:?} after {took:?}", ended.code);
         assert_eq!(ended.code, Some(0), "{mode:?}: {}", run.log());
         assert!(took < secs(3), "{mode:?}: the final SIGTERM took {took:?}, more than the grace");
-        assert!(seen(&dir).contains(&libc::SIGTERM));
+        assert!(rec.seen().contains(&libc::SIGTERM));
         assert_eq!(run.count_events("stop_requested"), 1, "{}", run.log());
         check_log_end(&run.log(), 0).unwrap();
     }
@@ -238,14 +228,12 @@ fn signal_storm_without_stop_signals_then_a_final_sigterm() {
 #[test]
 fn signal_storm_with_stop_signals_then_a_final_sigterm() {
     let _heavy = heavy();
-    let recorder = c_helper("sigrec", SIGREC);
     let grace = secs(2);
     for mode in MODES {
         let dir = Scratch::new("storm-stop");
-        let (out, ready) = (path_str(&dir.path("seen")), path_str(&dir.path("ready")));
-        let args = ["--grace", "2s", "--orchestrator-timeout", "3s", "--", &path_str(&recorder), &out, &ready, "keep"];
-        let mut run = drainit(mode, args).spawn();
-        assert!(wait_until(secs(10), || dir.exists("ready")), "{mode:?}: worker not ready; {}", run.log());
+        let rec = Recorder::new(&dir, "w").term(Term::Record);
+        let mut run = drainit(mode, rec.worker_with(&["--grace", "2s", "--orchestrator-timeout", "3s"])).spawn();
+        assert!(rec.wait_ready(secs(10)), "{mode:?}: worker not ready; {}", run.log());
         let pidfd = Arc::new(Pidfd::open(run.pid));
 
         let mut kinds = plain_kinds();
@@ -256,7 +244,7 @@ fn signal_storm_with_stop_signals_then_a_final_sigterm() {
         // Job-control kinds may cancel each other (JOB_CONTROL): those are
         // sent once more after the storm.
         let missing = |except: &[i32]| {
-            kinds.iter().copied().filter(|k| !except.contains(k) && !seen(&dir).contains(k)).collect::<Vec<_>>()
+            kinds.iter().copied().filter(|k| !except.contains(k) && !rec.seen().contains(k)).collect::<Vec<_>>()
         };
         let all_seen = wait_until(grace - ms(1000), || missing(&JOB_CONTROL).is_empty());
         assert!(
@@ -265,12 +253,14 @@ fn signal_storm_with_stop_signals_then_a_final_sigterm() {
             missing(&JOB_CONTROL),
             run.log()
         );
-        let lost = resend_job_control(&pidfd, &dir);
+        let lost = resend_job_control(&pidfd, &rec);
         assert!(lost.is_empty(), "{mode:?}: {lost:?} sent again after the storm, not seen; log:\n{}", run.log());
         assert!(missing(&[]).is_empty(), "{mode:?}: never seen within the grace: {:?}", missing(&[]));
+        // The final SIGTERM comes a second after the first stop signal (the
+        // scenario's timing, not a wait).
         std::thread::sleep((first_stop + SECOND).saturating_duration_since(Instant::now()));
         let _ = pidfd.send(libc::SIGTERM);
-        wait_until(grace + secs(10), || pidfd.exited());
+        assert!(wait_until(grace + secs(10), || pidfd.exited()), "{mode:?}: drainit outlived its deadline by 10s");
         let gone = Instant::now();
         let ended = run.wait(secs(10));
         let after = gone - first_stop;
@@ -279,7 +269,7 @@ fn signal_storm_with_stop_signals_then_a_final_sigterm() {
             s.sent,
             s.refused,
             s.took,
-            seen(&dir).len(),
+            rec.seen().len(),
             kinds.len(),
             ended.code
         );
@@ -289,7 +279,7 @@ fn signal_storm_with_stop_signals_then_a_final_sigterm() {
             after < grace + ms(700),
             "{mode:?}: ended {after:?} after the first stop: the clock restarted or ran late"
         );
-        assert!(!seen(&dir).contains(&libc::SIGCHLD), "{mode:?}: drainit forwarded SIGCHLD");
+        assert!(!rec.seen().contains(&libc::SIGCHLD), "{mode:?}: drainit forwarded SIGCHLD");
         assert_eq!(run.count_events("stop_requested"), 1, "{mode:?}: the clock starts once");
         assert_eq!(run.count_events("deadline_reached"), 1, "{mode:?}: {}", run.log());
         check_log_end(&run.log(), 137).unwrap();
@@ -306,14 +296,12 @@ fn signal_storm_with_stop_signals_then_a_final_sigterm() {
 #[test]
 fn the_deadline_holds_while_a_storm_goes_on() {
     let _heavy = heavy();
-    let recorder = c_helper("sigrec", SIGREC);
     let grace = secs(1);
     for mode in MODES {
         let dir = Scratch::new("storm-on");
-        let (out, ready) = (path_str(&dir.path("seen")), path_str(&dir.path("ready")));
-        let args = ["--grace", "1s", "--orchestrator-timeout", "2s", "--", &path_str(&recorder), &out, &ready, "keep"];
-        let mut run = drainit(mode, args).spawn();
-        assert!(wait_until(secs(10), || dir.exists("ready")), "{mode:?}: worker not ready; {}", run.log());
+        let rec = Recorder::new(&dir, "w").term(Term::Record);
+        let mut run = drainit(mode, rec.worker_with(&["--grace", "1s", "--orchestrator-timeout", "2s"])).spawn();
+        assert!(rec.wait_ready(secs(10)), "{mode:?}: worker not ready; {}", run.log());
         let pidfd = Arc::new(Pidfd::open(run.pid));
 
         let mut kinds = plain_kinds();
@@ -329,7 +317,8 @@ fn the_deadline_holds_while_a_storm_goes_on() {
                 "storm-on {mode:?}: drainit outlived the storm ({:?} after the first stop signal)",
                 storm_end - first_stop
             );
-            wait_until(secs(12), || pidfd.exited());
+            let exited = wait_until(secs(12), || pidfd.exited());
+            assert!(exited, "{mode:?}: drainit still runs 12s after the storm; log:\n{}", run.log());
             Instant::now()
         });
         assert!(
@@ -352,20 +341,20 @@ fn the_deadline_holds_while_a_storm_goes_on() {
             ended.code,
             gone - first_stop,
             grace,
-            seen(&dir).len(),
+            rec.seen().len(),
             kinds.len()
         );
         assert_eq!(ended.code, Some(137), "{mode:?}: the deadline's SIGKILL ended the worker; log:\n{}", run.log());
         assert!(early < ms(50), "{mode:?}: drainit ended {early:?} before its deadline");
         assert!(late < ms(500), "{mode:?}: drainit ended {late:?} after its deadline, under the storm");
         let missing: Vec<i32> =
-            kinds.iter().copied().filter(|&k| k < 32 && k != libc::SIGCONT && !seen(&dir).contains(&k)).collect();
+            kinds.iter().copied().filter(|&k| k < 32 && k != libc::SIGCONT && !rec.seen().contains(&k)).collect();
         assert!(
             missing.is_empty(),
             "{mode:?}: standard kinds never seen by the worker: {missing:?}; log:\n{}",
             run.log()
         );
-        assert!(!seen(&dir).contains(&libc::SIGCHLD), "{mode:?}: drainit forwarded SIGCHLD");
+        assert!(!rec.seen().contains(&libc::SIGCHLD), "{mode:?}: drainit forwarded SIGCHLD");
         assert_eq!(run.count_events("stop_requested"), 1, "{mode:?}: the clock starts once");
         check_log_end(&run.log(), 137).unwrap();
     }
@@ -384,18 +373,17 @@ fn zombie_storm_is_reaped_without_growing() {
         let dir = Scratch::new("zombies");
         let done = path_str(&dir.path("done"));
         let args = ["-v".to_string(), "--".into(), path_str(&orphans), total.to_string(), "500".into(), done];
-        let mut run = drainit(mode, args).spawn();
+        let mut run = drainit(mode, args).watchdog(secs(300)).spawn();
         assert!(run.wait_log(&["event=child_started"], secs(10)), "{}", run.log());
-        thread::sleep(ms(100));
-        let before = memory_kib(run.pid);
+        let before = HOST.memory_kib(run.pid);
         let reaped = |run: &Running| run.log().matches("event=reaped ").count() as u64;
         assert!(
             wait_until(secs(120), || dir.exists("done") && !dir.read("done").is_empty()),
             "{mode:?}: orphans not made"
         );
         let all = wait_until(secs(20), || reaped(&run) >= total);
-        let zombies_gone = wait_until(secs(5), || zombie_children(run.pid).is_empty());
-        let after = memory_kib(run.pid);
+        let zombies_gone = wait_until(secs(5), || HOST.zombie_children(run.pid).is_empty());
+        let after = HOST.memory_kib(run.pid);
         let report = dir.read("done");
         let (made, made_ms) = report.trim().split_once(' ').unwrap();
         eprintln!(
@@ -411,7 +399,7 @@ fn zombie_storm_is_reaped_without_growing() {
         assert_eq!(made.parse::<u64>().unwrap(), total);
         assert!(all, "{mode:?}: reaped {} of {total}", reaped(&run));
         assert_eq!(reaped(&run), total, "{mode:?}: every orphan reaped exactly once");
-        assert!(zombies_gone, "{mode:?}: zombies left under drainit: {:?}", zombie_children(run.pid));
+        assert!(zombies_gone, "{mode:?}: zombies left under drainit: {:?}", HOST.zombie_children(run.pid));
         assert!(!run.try_ended(), "{mode:?}: drainit exited during the storm; log tail:\n{}", tail(&run.log()));
         // Resident memory may move by a few pages (log buffers, the heap's
         // first growth); a leak per orphan would be megabytes.

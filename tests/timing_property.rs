@@ -1,20 +1,17 @@
 //! Signals at random moments of the lifecycle: before the worker is up, while
 //! it runs, while it exits, during the grace deadline, during a backoff sleep.
-//! Whatever the timing, drainit exits, its exit code is the one the contract
-//! gives for what happened, nothing it started survives it, the log ends with
-//! `event=exit code=N` for the real code N, and nothing panics.
+//! Whatever the timing, drainit exits, its exit code is the one the case's
+//! own inputs call for (what the worker was told to do, what it recorded it
+//! did, which signals the test sent and when), nothing it started survives
+//! it, the log ends with `event=exit code=N` for the real code N, and nothing
+//! panics.
 //!
-//! 16 cases by default (about 25s); PROPTEST_CASES=N for N, DRAINIT_LONG=1 for
-//! 256. A failing case prints its parameters; rerun it with the same seed via
-//! PROPTEST_RNG_SEED if needed.
+//! 8 cases per mode by default (about 25s in all); PROPTEST_CASES=N for N per
+//! mode, DRAINIT_LONG=1 for 128. A failing case prints its parameters; rerun
+//! it with the same seed via PROPTEST_RNG_SEED if needed.
 
-mod common;
-mod robust;
-use common::*;
-use robust::*;
-
-use std::collections::HashMap;
-use std::time::Instant;
+mod kit;
+use kit::*;
 
 use proptest::prelude::*;
 use proptest::test_runner::{Config, FileFailurePersistence};
@@ -24,10 +21,13 @@ const GRACE_MS: u64 = 300;
 /// FINAL_MS so that every case ends.
 const WINDOW_MS: u64 = 800;
 const FINAL_MS: u64 = 900;
+/// Two events closer than this (a signal sent, the worker's exit) may reach
+/// drainit in either order: both outcomes are accepted.
+const RACE_NS: u128 = 200_000_000;
 
 #[derive(Clone, Copy, Debug)]
 enum First {
-    /// Exit 75 after `run_ms`, asking for `sleep_ms` in the retry-after file.
+    /// Exit with the backoff code after `run_ms`, asking for `sleep_ms`.
     Backoff { run_ms: u64, sleep_ms: u64 },
     /// Exit 3 after `run_ms`.
     Exit3 { run_ms: u64 },
@@ -37,32 +37,36 @@ enum First {
 
 #[derive(Clone, Copy, Debug)]
 enum OnTerm {
-    /// A trap that records 0 and exits 0.
+    /// Exit 0.
     Clean,
-    /// trap '' TERM: only the deadline ends it.
+    /// SIG_IGN: only the deadline ends it.
     Ignore,
-    /// Default action: dies of SIGTERM.
+    /// Die of it.
     Die,
 }
 
 #[derive(Clone, Copy, Debug)]
 enum Leftover {
     None,
-    /// A setsid'd child that exits on SIGTERM.
+    /// A child in its own session that exits on SIGTERM.
     Polite,
-    /// A setsid'd child that ignores SIGTERM.
+    /// A child in its own session that ignores SIGTERM.
     Stubborn,
 }
 
 #[derive(Clone, Debug)]
 struct Case {
     mode: Mode,
+    /// The one code by which the worker asks to be restarted (--backoff-exit-code).
+    backoff_code: i32,
     first: First,
     on_term: OnTerm,
     leftover: Leftover,
     /// (ms after drainit has its signals blocked, signal)
     signals: Vec<(u64, i32)>,
 }
+
+const STOPS: [i32; 3] = [libc::SIGTERM, libc::SIGINT, libc::SIGQUIT];
 
 const SIGNALS: [i32; 9] = [
     libc::SIGTERM,
@@ -76,8 +80,12 @@ const SIGNALS: [i32; 9] = [
     libc::SIGALRM,
 ];
 
-fn case() -> impl Strategy<Value = Case> {
-    let mode = prop_oneof![Just(Mode::Pid1), Just(Mode::Subreaper)];
+/// Signals whose default action ends a process (the others: WINCH, CONT).
+fn lethal_by_default(sig: i32) -> bool {
+    !matches!(sig, libc::SIGWINCH | libc::SIGCONT)
+}
+
+fn case(mode: Mode) -> impl Strategy<Value = Case> {
     let first = prop_oneof![
         2 => (0u64..600, 50u64..400).prop_map(|(run_ms, sleep_ms)| First::Backoff { run_ms, sleep_ms }),
         1 => (0u64..600).prop_map(|run_ms| First::Exit3 { run_ms }),
@@ -90,140 +98,145 @@ fn case() -> impl Strategy<Value = Case> {
             v.sort();
             v
         });
-    (mode, first, on_term, leftover, signals).prop_map(|(mode, first, on_term, leftover, signals)| Case {
-        mode,
-        first,
-        on_term,
-        leftover,
-        signals,
-    })
+    // Codes 4..=125: none is 0, 3, or a death by signal (128+N).
+    (4i32..=125, first, on_term, leftover, signals).prop_map(
+        move |(backoff_code, first, on_term, leftover, signals)| Case {
+            mode,
+            backoff_code,
+            first,
+            on_term,
+            leftover,
+            signals,
+        },
+    )
 }
 
-/// The worker: records its pid (and its leftover's) in `pids`, and each exit
-/// it chooses as "ATTEMPT CODE" in `status`.
-fn script(c: &Case, dir: &Scratch) -> String {
-    let (pids, status) = (path_str(&dir.path("pids")), path_str(&dir.path("status")));
-    let trap = match c.on_term {
-        OnTerm::Clean => format!("trap 'echo \"$a 0\" >> {status}; exit 0' TERM; "),
-        OnTerm::Ignore => "trap '' TERM; ".to_string(),
-        OnTerm::Die => String::new(),
-    };
-    let leftover = match c.leftover {
-        Leftover::None => String::new(),
-        Leftover::Polite => {
-            format!("setsid sh -c 'echo $$ >> {pids}; trap \"exit 0\" TERM; while :; do sleep 0.05; done' & ")
-        }
-        Leftover::Stubborn => {
-            format!("setsid sh -c 'echo $$ >> {pids}; trap \"\" TERM; while :; do sleep 0.05; done' & ")
-        }
-    };
-    let first = match c.first {
-        First::Backoff { run_ms, sleep_ms } => format!(
-            "if [ $a = 1 ]; then sleep {}; echo \"$a 75\" >> {status}; echo {sleep_ms}ms > \"$DRAINIT_RETRY_AFTER_FILE\"; exit 75; fi; ",
-            run_ms as f64 / 1000.0
-        ),
-        First::Exit3 { run_ms } => {
-            format!("if [ $a = 1 ]; then sleep {}; echo \"$a 3\" >> {status}; exit 3; fi; ", run_ms as f64 / 1000.0)
-        }
-        First::Run => String::new(),
-    };
-    format!("a=$DRAINIT_ATTEMPT; {trap}echo $$ >> {pids}; {leftover}{first}while :; do sleep 0.05; done")
-}
-
-fn signo(name: &str) -> Option<i32> {
-    Some(match name {
-        "SIGTERM" => libc::SIGTERM,
-        "SIGINT" => libc::SIGINT,
-        "SIGQUIT" => libc::SIGQUIT,
-        _ => return None,
-    })
-}
-
-fn sig_blocked(pid: i32) -> bool {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status.lines().any(|l| l.starts_with("SigBlk:") && !l.ends_with("0000000000000000"))
-}
-
-/// What the contract says drainit must exit with, given what the log says
-/// happened; and every claim of the log checked against the worker's own
-/// records and the signals actually sent.
-fn truthful_code(events: &[HashMap<String, String>], status: &[String], sent: &[i32]) -> Result<i32, String> {
-    let idx = |name: &str| events.iter().position(|e| e["event"] == name);
-    let last = |name: &str| events.iter().rposition(|e| e["event"] == name);
-    let first_stop = idx("stop_requested");
-    if events.iter().filter(|e| e["event"] == "stop_requested").count() > 1 {
-        return Err("the grace clock started twice".into());
+/// The worker: a recorder per attempt, dying of every signal that kills by
+/// default (noting it first), reacting to SIGTERM as `on_term` says,
+/// starting `leftover` each attempt, and on attempt 1 doing what `first` says.
+fn worker(c: &Case, dir: &Scratch) -> Recorder {
+    let mut w = Recorder::new(dir, "w").per_attempt();
+    for sig in SIGNALS.into_iter().filter(|&s| lethal_by_default(s) && s != libc::SIGTERM) {
+        w = w.die_on(sig);
     }
-    // No restart after a stop.
-    if let Some(stop) = first_stop
-        && events[stop..].iter().any(|e| e["event"] == "child_started")
-    {
-        return Err("a worker started after a stop signal".into());
+    w = match c.on_term {
+        OnTerm::Clean => w.term(Term::Exit).code(0),
+        OnTerm::Ignore => w.term(Term::Ignore),
+        OnTerm::Die => w.term(Term::Record).die_on(libc::SIGTERM),
+    };
+    let left = Recorder::new(dir, "left").per_attempt().setsid();
+    w = match c.leftover {
+        Leftover::None => w,
+        Leftover::Polite => w.child(left),
+        Leftover::Stubborn => w.child(left.term(Term::Ignore)),
+    };
+    let code = c.backoff_code;
+    match c.first {
+        First::Backoff { run_ms, sleep_ms } => {
+            w.on_attempt(1, |r| r.exit_after(run_ms, code).retry_after(&format!("{sleep_ms}ms")))
+        }
+        First::Exit3 { run_ms } => w.on_attempt(1, |r| r.exit_after(run_ms, 3)),
+        First::Run => w,
     }
-    // Each worker exit is what the worker did.
-    let attempt_of: HashMap<&str, &str> = events
-        .iter()
-        .filter(|e| e["event"] == "child_started")
-        .map(|e| (e["pid"].as_str(), e["attempt"].as_str()))
-        .collect();
-    let deadline = idx("deadline_reached");
-    for (i, e) in events.iter().enumerate().filter(|(_, e)| e["event"] == "child_exited") {
-        let attempt = attempt_of.get(e["pid"].as_str()).ok_or("child_exited for a pid never started")?;
-        match e.get("signal") {
+}
+
+/// One attempt as the worker noted it: when it was ready, how and when it
+/// ended (None: it did not get that far, or it died of a signal before it
+/// could note anything: SIGKILL, or one that came before it was set up).
+#[derive(Clone, Copy, Debug)]
+struct Attempt {
+    ready: Option<u128>,
+    end: Option<(End, u128)>,
+}
+
+/// What the test knows once drainit has exited: its inputs, the signals it
+/// actually sent (CLOCK_MONOTONIC ns), and each attempt's own records.
+struct Facts<'a> {
+    case: &'a Case,
+    sent: Vec<(i32, u128)>,
+    /// Each attempt drainit started.
+    attempts: Vec<Attempt>,
+}
+
+impl Facts<'_> {
+    fn first_stop(&self) -> Option<(i32, u128)> {
+        self.sent.iter().copied().find(|(s, _)| STOPS.contains(s))
+    }
+
+    /// The exit codes drainit may give, derived from the facts alone; Err
+    /// when the facts contradict each other.
+    fn allowed_codes(&self) -> Result<Vec<i32>, String> {
+        let b = self.case.backoff_code;
+        let last = self.attempts.len();
+        let Attempt { ready, end } = *self.attempts.last().ok_or("no attempt")?;
+        let stop = self.first_stop();
+        for (n, Attempt { end, .. }) in self.attempts.iter().enumerate().take(last - 1) {
+            // Only a backoff exit with no stop before it leads to a restart.
+            let (End::Code(code), at) = end.ok_or(format!("attempt {} left no record but was restarted", n + 1))?
+            else {
+                return Err(format!("attempt {} died of a signal but was restarted", n + 1));
+            };
+            if code != b {
+                return Err(format!("attempt {} exited {code}, not {b}, and was restarted", n + 1));
+            }
+            if stop.is_some_and(|(_, s)| s + RACE_NS < at) {
+                return Err(format!("attempt {} was restarted after a stop signal", n + 1));
+            }
+        }
+        match end {
+            // A backoff exit that was not restarted: a stop came before it
+            // (drainit exits with it) or during the drain or sleep after it
+            // (128 + the stop signal).
+            Some((End::Code(code), at)) if code == b => {
+                let (sig, s) = stop.ok_or("a backoff exit with neither a restart nor a stop")?;
+                let mut codes = Vec::new();
+                if s < at + RACE_NS {
+                    codes.push(b);
+                }
+                if s + RACE_NS > at {
+                    codes.push(128 + sig);
+                }
+                Ok(codes)
+            }
+            Some((End::Code(code), _)) => Ok(vec![code]),
+            Some((End::Signal(sig), _)) => {
+                if !self.sent.iter().any(|(s, _)| *s == sig) {
+                    return Err(format!("the worker died of {sig}, which the test never sent"));
+                }
+                Ok(vec![128 + sig])
+            }
+            // Died without a word: the deadline's SIGKILL (after a stop), or
+            // a signal that came before the worker was set up.
             None => {
-                let line = format!("{attempt} {}", e["code"]);
-                if !status.contains(&line) {
-                    return Err(format!(
-                        "log says attempt {attempt} exited {}, the worker recorded {status:?}",
-                        e["code"]
-                    ));
-                }
-            }
-            Some(sig) if sig == "SIGKILL" => {
-                if deadline.is_none_or(|d| d > i) {
-                    return Err("a worker SIGKILLed without a deadline".into());
-                }
-            }
-            Some(sig) => {
-                let n: i32 = e["code"].parse::<i32>().map_err(|_| "bad code")? - 128;
-                if !sent.contains(&n) {
-                    return Err(format!("worker died of {sig}, which the test never sent"));
-                }
+                let mut codes: Vec<i32> = stop.map(|_| 137).into_iter().collect();
+                let previous_end = self.attempts.iter().rev().nth(1).and_then(|a| a.end.map(|(_, at)| at));
+                codes.extend(
+                    self.sent
+                        .iter()
+                        .filter(|(sig, at)| {
+                            lethal_by_default(*sig)
+                                && ready.is_none_or(|r| *at < r + RACE_NS)
+                                && previous_end.is_none_or(|p| *at + RACE_NS > p)
+                        })
+                        .map(|(sig, _)| 128 + sig),
+                );
+                Ok(codes)
             }
         }
-    }
-    let Some(ce) = last("child_exited") else {
-        return Err("no child_exited".into());
-    };
-    let x: i32 = events[ce]["code"].parse().map_err(|_| "bad code")?;
-    let after = &events[ce..];
-    let stop_code = |from: usize| -> Result<i32, String> {
-        let stop = events[from..]
-            .iter()
-            .find(|e| e["event"] == "stop_requested")
-            .ok_or("no stop signal after the worker's exit")?;
-        Ok(128 + signo(&stop["signal"]).ok_or("not a stop signal")?)
-    };
-    if after.iter().any(|e| e["event"] == "backoff_exhausted") {
-        Ok(x)
-    } else if let Some(b) = after.iter().position(|e| e["event"] == "backoff") {
-        // Stopped during the sleep: 128 + the stop signal.
-        stop_code(ce + b)
-    } else if x == 75 && first_stop.is_none_or(|s| s > ce) {
-        // Stopped while the backoff exit's leftovers drained.
-        stop_code(ce)
-    } else {
-        Ok(x)
     }
 }
 
 fn run_case(c: &Case) -> Result<(), TestCaseError> {
     let dir = Scratch::new("timing");
+    let w = worker(c, &dir);
+    let code = c.backoff_code.to_string();
     let options = [
         "--grace",
         "300ms",
         "--orchestrator-timeout",
         "2s",
+        "--backoff-exit-code",
+        &code,
         "--backoff-delay",
         "100ms",
         "--backoff-max-delay",
@@ -231,24 +244,26 @@ fn run_case(c: &Case) -> Result<(), TestCaseError> {
         "--backoff-timeout",
         "10s",
     ];
-    let mut run = drainit(c.mode, with_sh(&options, &script(c, &dir))).spawn();
+    let mut run = drainit(c.mode, w.worker_with(&options)).spawn();
     // Before drainit blocks its signals a signal would hit drainit itself,
     // not the worker-to-be; a worker that exits at once may end it first.
-    prop_assert!(wait_until(secs(5), || sig_blocked(run.pid) || !alive(run.pid)), "drainit never blocked its signals");
-    let t0 = Instant::now();
+    prop_assert!(
+        wait_until(secs(5), || HOST.blocks_signals(run.pid) || !alive(run.pid)),
+        "drainit never blocked its signals"
+    );
+    let t0 = std::time::Instant::now();
     let mut sent = Vec::new();
     // Through a pidfd: a signal sent after drainit is gone reaches nobody.
     if let Ok(pidfd) = Pidfd::try_open(run.pid) {
         for &(at, sig) in c.signals.iter().chain([(FINAL_MS, libc::SIGTERM)].iter()) {
-            let due = t0 + ms(at);
-            if let Some(wait) = due.checked_duration_since(Instant::now()) {
-                std::thread::sleep(wait);
-            }
+            // The case's own schedule, not a wait.
+            std::thread::sleep((t0 + ms(at)).saturating_duration_since(std::time::Instant::now()));
             if pidfd.exited() {
                 break;
             }
+            let before = monotonic_ns();
             if pidfd.send(sig).is_ok() {
-                sent.push(sig);
+                sent.push((sig, before));
             }
         }
     }
@@ -259,17 +274,34 @@ fn run_case(c: &Case) -> Result<(), TestCaseError> {
         .code
         .ok_or_else(|| TestCaseError::fail(format!("drainit died of signal {:?}; log:\n{log}", ended.signal)))?;
     check_log_end(&log, code).map_err(TestCaseError::fail)?;
-    let status = dir.lines("status");
-    let want =
-        truthful_code(&run.events(), &status, &sent).map_err(|e| TestCaseError::fail(format!("{e}; log:\n{log}")))?;
-    prop_assert_eq!(code, want, "exit code; worker recorded {:?}; log:\n{}", status, log);
+    let events = run.events();
+    prop_assert!(run.count_events("stop_requested") <= 1, "the grace clock started twice; log:\n{}", log);
+    let started = events.iter().filter(|e| e.name == "child_started").count();
+    let facts = Facts {
+        case: c,
+        sent,
+        attempts: (1..=started as u32)
+            .map(|n| Attempt { ready: w.attempt(n).ready_ns(), end: w.attempt(n).end() })
+            .collect(),
+    };
+    let allowed = facts.allowed_codes().map_err(|e| TestCaseError::fail(format!("{e}; log:\n{log}")))?;
+    prop_assert!(
+        allowed.contains(&code),
+        "exit {} where the facts allow {:?}; sent {:?}; attempts {:?}; log:\n{}",
+        code,
+        allowed,
+        facts.sent,
+        facts.attempts,
+        log
+    );
     // The final SIGTERM at FINAL_MS ends everything by its deadline.
     let bound = ms(FINAL_MS + GRACE_MS) + ms(1500);
     prop_assert!(took < bound, "drainit took {:?} (bound {:?}); log:\n{}", took, bound, log);
     if c.mode == Mode::Subreaper {
-        let marker = path_str(&dir.0);
-        let left: Vec<i32> =
-            dir.lines("pids").iter().filter_map(|p| p.trim().parse().ok()).filter(|&p| alive_as(p, &marker)).collect();
+        let pids = (1..=started as u32)
+            .flat_map(|n| [w.attempt(n).pid(), Recorder::new(&dir, "left").attempt(n).pid()])
+            .flatten();
+        let left: Vec<i32> = pids.filter(|&p| alive_as(p, &dir.str())).collect();
         prop_assert!(left.is_empty(), "outlived drainit: {:?}; log:\n{}", left, log);
     }
     Ok(())
@@ -278,13 +310,13 @@ fn run_case(c: &Case) -> Result<(), TestCaseError> {
 fn cases() -> u32 {
     match std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()) {
         Some(n) => n,
-        None if long_mode() => 256,
-        None => 16,
+        None if long_mode() => 128,
+        None => 8,
     }
 }
 
-proptest! {
-    #![proptest_config(Config {
+fn config() -> Config {
+    Config {
         cases: cases(),
         // Each case is a real run of a second or so: shrink briefly, and keep
         // no regression file in the shared work tree.
@@ -292,10 +324,19 @@ proptest! {
         max_shrink_time: 30_000,
         failure_persistence: Some(Box::new(FileFailurePersistence::Off)),
         ..Config::default()
-    })]
+    }
+}
+
+proptest! {
+    #![proptest_config(config())]
 
     #[test]
-    fn signals_at_random_moments_keep_every_promise(c in case()) {
+    fn signals_at_random_moments_keep_every_promise_as_pid1(c in case(Mode::Pid1)) {
+        run_case(&c)?;
+    }
+
+    #[test]
+    fn signals_at_random_moments_keep_every_promise_as_subreaper(c in case(Mode::Subreaper)) {
         run_case(&c)?;
     }
 }

@@ -9,167 +9,23 @@
 //! interactive `sh -i` owning the terminal, and drainit is a command typed at
 //! it (its foreground job, not a session leader).
 
-mod common;
-use common::*;
+mod kit;
+use kit::*;
 
-use std::ffi::CStr;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::os::unix::process::{CommandExt, ExitStatusExt};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
-use std::thread;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::time::{Duration, Instant};
 
 /// A generous bound for one expected piece of output on a noisy machine.
 const STEP: Duration = Duration::from_secs(20);
-/// Past this, the watchdog kills the whole session.
+/// Past this, the run's watchdog kills the whole session.
 const WATCHDOG: Duration = Duration::from_secs(120);
-
-// ---------------------------------------------------------------- the pty
-
-/// A new pty pair, both ends close-on-exec (atomically: other tests fork
-/// concurrently), the slave sized `rows` x `cols`.
-fn open_pty(rows: u16, cols: u16) -> (OwnedFd, OwnedFd) {
-    // SAFETY: plain libc calls on fds this function owns; ptsname_r writes
-    // at most buf.len() bytes into buf.
-    unsafe {
-        let master = libc::posix_openpt(libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC | libc::O_NONBLOCK);
-        assert!(master >= 0, "posix_openpt: {}", std::io::Error::last_os_error());
-        let master = OwnedFd::from_raw_fd(master);
-        assert_eq!(libc::grantpt(master.as_raw_fd()), 0);
-        assert_eq!(libc::unlockpt(master.as_raw_fd()), 0);
-        let mut buf = [0 as libc::c_char; 128];
-        assert_eq!(libc::ptsname_r(master.as_raw_fd(), buf.as_mut_ptr(), buf.len()), 0);
-        let slave = libc::open(buf.as_ptr(), libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC);
-        assert!(slave >= 0, "open {:?}: {}", CStr::from_ptr(buf.as_ptr()), std::io::Error::last_os_error());
-        let slave = OwnedFd::from_raw_fd(slave);
-        set_size(&master, rows, cols);
-        (master, slave)
-    }
-}
-
-/// TIOCSWINSZ on the master: what docker does when the client's window
-/// changes. The kernel then sends SIGWINCH to the foreground group.
-fn set_size(master: &OwnedFd, rows: u16, cols: u16) {
-    let ws = libc::winsize { ws_row: rows, ws_col: cols, ws_xpixel: 0, ws_ypixel: 0 };
-    // SAFETY: TIOCSWINSZ reads one winsize from a valid pointer.
-    let rc = unsafe { libc::ioctl(master.as_raw_fd(), libc::TIOCSWINSZ, &ws) };
-    assert_eq!(rc, 0, "TIOCSWINSZ: {}", std::io::Error::last_os_error());
-}
-
-/// The slave's device as /proc/PID/stat's tty_nr encodes it.
-fn tty_nr(slave: &OwnedFd) -> i64 {
-    // SAFETY: fstat writes one stat into a valid, zeroed struct.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    assert_eq!(unsafe { libc::fstat(slave.as_raw_fd(), &mut st) }, 0);
-    let (major, minor) = (libc::major(st.st_rdev) as i64, libc::minor(st.st_rdev) as i64);
-    (minor & 0xff) | (major << 8) | ((minor & !0xff) << 12)
-}
-
-// ---------------------------------------------------------------- /proc
-
-/// The fields of /proc/PID/stat the tests look at (pids in our namespace).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Stat {
-    state: char,
-    ppid: i32,
-    pgrp: i32,
-    session: i32,
-    tty_nr: i64,
-    tpgid: i32,
-}
-
-fn stat(pid: i32) -> Option<Stat> {
-    parse_stat(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
-}
-
-fn parse_stat(text: &str) -> Option<Stat> {
-    let close = text.rfind(')')?;
-    let f: Vec<&str> = text[close + 1..].split_whitespace().collect();
-    Some(Stat {
-        state: f.first()?.chars().next()?,
-        ppid: f.get(1)?.parse().ok()?,
-        pgrp: f.get(2)?.parse().ok()?,
-        session: f.get(3)?.parse().ok()?,
-        tty_nr: f.get(4)?.parse().ok()?,
-        tpgid: f.get(5)?.parse().ok()?,
-    })
-}
-
-fn comm(pid: i32) -> String {
-    std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default().trim().to_string()
-}
-
-fn children(pid: i32) -> Vec<i32> {
-    std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
-        .unwrap_or_default()
-        .split_whitespace()
-        .filter_map(|p| p.parse().ok())
-        .collect()
-}
-
-/// The first descendant of `pid` (breadth first) whose comm is `name`.
-fn descendant(pid: i32, name: &str) -> Option<i32> {
-    let mut queue = vec![pid];
-    while !queue.is_empty() {
-        let mut next = Vec::new();
-        for p in queue {
-            for c in children(p) {
-                if comm(c) == name {
-                    return Some(c);
-                }
-                next.push(c);
-            }
-        }
-        queue = next;
-    }
-    None
-}
-
-fn wait_for<T>(limit: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
-    let mut found = None;
-    wait_until(limit, || {
-        found = f();
-        found.is_some()
-    });
-    found
-}
-
-// ---------------------------------------------------------------- a session
-
-/// Kills `pids` with SIGKILL unless dropped within `limit`.
-struct Watchdog {
-    stop: Option<mpsc::Sender<()>>,
-}
-
-impl Watchdog {
-    fn new(pids: Vec<i32>, limit: Duration) -> Watchdog {
-        let (stop, stopped) = mpsc::channel::<()>();
-        thread::spawn(move || {
-            if let Err(mpsc::RecvTimeoutError::Timeout) = stopped.recv_timeout(limit) {
-                eprintln!("tty watchdog: killing {pids:?} after {limit:?}");
-                for pid in pids {
-                    // SAFETY: kill with integer arguments.
-                    unsafe { libc::kill(pid, libc::SIGKILL) };
-                }
-            }
-        });
-        Watchdog { stop: Some(stop) }
-    }
-}
-
-impl Drop for Watchdog {
-    fn drop(&mut self) {
-        self.stop.take(); // disconnects: the thread ends without killing
-    }
-}
 
 /// A program run as PID 1 of a new PID (and mount) namespace, leader of a
 /// new session whose controlling terminal is a fresh pty (its stdin, stdout
 /// and stderr), the way runc starts a container's process for `docker run
 /// -it`. The test holds the master.
 struct Session {
-    launcher: Child,
+    run: Running,
     /// PID 1 of the namespace, as we see it.
     pid1: i32,
     master: OwnedFd,
@@ -178,38 +34,26 @@ struct Session {
     out: Vec<u8>,
     /// `expect` searches from here.
     mark: usize,
-    code: Option<Option<i32>>,
-    _dog: Watchdog,
 }
 
 impl Session {
     fn start(argv: &[&str]) -> Session {
-        let (master, slave) = open_pty(24, 80);
-        let tty_nr = tty_nr(&slave);
-        let mut cmd = Command::new(argv[0]);
-        cmd.args(&argv[1..]);
-        for (key, _) in std::env::vars_os() {
-            let k = key.to_string_lossy();
-            if k.starts_with("DRAINIT_") || k == "ENV" || k == "PS1" || k == "PS2" {
-                cmd.env_remove(key);
-            }
-        }
-        cmd.env("TERM", "dumb");
-        let io = |fd: &OwnedFd| Stdio::from(fd.try_clone().unwrap());
-        cmd.stdin(io(&slave)).stdout(io(&slave)).stderr(io(&slave));
-        // SAFETY: only async-signal-safe calls between fork and exec.
-        unsafe { cmd.pre_exec(enter_container) };
-        let mut launcher = cmd.spawn().expect("start the pty launcher");
-        drop(slave);
-        let me = launcher.id() as i32;
-        let pid1 = wait_for(secs(10), || children(me).first().copied());
-        let Some(pid1) = pid1 else {
-            let _ = launcher.kill();
-            let _ = launcher.wait();
-            panic!("no PID 1 under the launcher");
-        };
-        let _dog = Watchdog::new(vec![pid1, me], WATCHDOG);
-        Session { launcher, pid1, master, tty_nr, out: Vec::new(), mark: 0, code: None, _dog }
+        let (master, slave) = pty::open(24, 80);
+        let tty_nr = pty::tty_nr(&slave);
+        let io = || slave.try_clone().unwrap();
+        let run = launch(Mode::Pid1, argv)
+            .env_remove("ENV")
+            .env_remove("PS1")
+            .env_remove("PS2")
+            .env("TERM", "dumb")
+            .stdin(io())
+            .stdout(io())
+            .stderr(io())
+            .controlling_tty()
+            .watchdog(WATCHDOG)
+            .spawn();
+        assert!(run.pid > 0, "no PID 1 under the launcher");
+        Session { pid1: run.pid, run, master, tty_nr, out: Vec::new(), mark: 0 }
     }
 
     fn transcript(&self) -> String {
@@ -264,12 +108,12 @@ impl Session {
         pfd.revents & libc::POLLHUP != 0 && pfd.revents & libc::POLLIN == 0
     }
 
-    /// Collect output for `d` (to see that something does NOT come).
+    /// Collect output for `d`: a window in which something must NOT come.
     fn settle(&mut self, d: Duration) {
         let until = Instant::now() + d;
         while Instant::now() < until {
             if !self.read_some(until) && self.hung_up() {
-                thread::sleep(ms(20));
+                std::thread::sleep(ms(20));
             }
         }
     }
@@ -297,32 +141,28 @@ impl Session {
     }
 
     fn resize(&self, rows: u16, cols: u16) {
-        set_size(&self.master, rows, cols);
+        pty::set_size(&self.master, rows, cols);
     }
 
-    /// Wait for the launcher, which exits with PID 1's code (or dies of its
-    /// signal); keeps reading the terminal meanwhile.
-    fn wait(&mut self, limit: Duration) -> Option<i32> {
+    /// Wait for PID 1's end (its code, or 128 + its signal); keeps reading
+    /// the terminal meanwhile.
+    fn wait(&mut self, limit: Duration) -> i32 {
         let until = Instant::now() + limit;
         loop {
-            if let Some(status) = self.launcher.try_wait().unwrap() {
+            if let Some(ended) = self.run.poll_end() {
                 self.settle(ms(100));
-                let code = status.code().or(status.signal().map(|s| 128 + s));
-                self.code = Some(code);
-                return code;
+                return ended.shell_code();
             }
             if Instant::now() >= until {
                 panic!("PID 1 did not exit within {limit:?}; transcript:\n{}", self.transcript());
             }
-            if !self.read_some(Instant::now() + ms(50)) {
-                thread::sleep(ms(10));
-            }
+            self.read_some(Instant::now() + ms(50));
         }
     }
 
-    /// The namespace's processes under PID 1: the first with this comm.
+    /// The first process under PID 1 whose comm is `name`, as we see it.
     fn find(&self, name: &str) -> i32 {
-        wait_for(STEP, || descendant(self.pid1, name))
+        wait_for(STEP, || HOST.descendant_named(self.pid1, name))
             .unwrap_or_else(|| panic!("no {name} under PID 1; transcript:\n{}", self.transcript()))
     }
 }
@@ -332,34 +172,11 @@ impl Drop for Session {
         if std::env::var_os("TTY_TRANSCRIPT").is_some() {
             eprintln!("---- transcript ----\n{}\n----", self.transcript());
         }
-        if self.code.is_none() {
-            // SIGKILL to a namespace's PID 1 kills the whole namespace.
-            // SAFETY: kill with integer arguments.
-            unsafe { libc::kill(self.pid1, libc::SIGKILL) };
-            let _ = self.launcher.kill();
-        }
-        let _ = self.launcher.wait();
     }
 }
 
-/// In the launcher's child, after std has put the pty slave on fds 0-2:
-/// new PID and mount namespaces with their own /proc, then, in PID 1 of
-/// the namespace: a new session taking the slave as its controlling
-/// terminal (which makes its group the foreground group). The process left
-/// outside mirrors PID 1's exit status.
-fn enter_container() -> std::io::Result<()> {
-    // The launcher keeps nothing open: not std's exec-status pipe (spawn
-    // would wait for it), not the slave (the master must see the hang-up
-    // when the namespace is gone).
-    let pid = fork_into_pid_namespace(0)?;
-    if pid > 0 {
-        mirror_exit(pid);
-    }
-    // SAFETY: plain syscalls with constant arguments.
-    if unsafe { libc::setsid() < 0 || libc::ioctl(0, libc::TIOCSCTTY, 0) != 0 } {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(())
+fn stat(pid: i32) -> Option<Stat> {
+    HOST.stat(pid)
 }
 
 /// drainit (with `-v`, so forwarded signals are logged) running `argv`.
@@ -378,10 +195,6 @@ fn set_prompt(s: &mut Session) {
     s.expect(PROMPT, STEP);
 }
 
-fn count_lines(path: &std::path::Path) -> usize {
-    std::fs::read_to_string(path).unwrap_or_default().lines().count()
-}
-
 // ---------------------------------------------------------------- the tests
 
 /// The worker's first instruction already sees itself as the leader of a
@@ -394,13 +207,13 @@ fn worker_owns_the_terminal_from_its_first_instruction() {
     s.expect("STAT", STEP);
     let seen = s.expect("TATS", STEP);
     let line = seen.lines().find(|l| l.contains("(sh)")).unwrap_or_else(|| panic!("no stat line:\n{}", s.transcript()));
-    let st = parse_stat(line).unwrap();
+    let st = Stat::parse(line).unwrap();
     // In the namespace's numbering the worker is PID 2 (drainit is 1).
     let pid: i32 = line.trim().split(' ').next().unwrap().parse().unwrap();
     assert_eq!((st.pgrp, st.session), (pid, pid), "worker leads its own session and group: {line}");
     assert_eq!(st.tty_nr, s.tty_nr, "the pty is the worker's controlling terminal: {line}");
     assert_eq!(st.tpgid, pid, "the worker's group is the foreground group at once: {line}");
-    assert_eq!(s.wait(STEP), Some(3), "drainit exits with the worker's code:\n{}", s.transcript());
+    assert_eq!(s.wait(STEP), 3, "drainit exits with the worker's code:\n{}", s.transcript());
     assert!(s.transcript().contains("event=exit code=3"), "{}", s.transcript());
 }
 
@@ -421,11 +234,11 @@ fn a_restarted_worker_takes_the_terminal_again() {
         s.expect(&format!("STAT{attempt}"), STEP);
         let seen = s.expect("TATS", STEP);
         let line = seen.lines().find(|l| l.contains("(sh)")).unwrap_or_else(|| panic!("{}", s.transcript()));
-        let st = parse_stat(line).unwrap();
+        let st = Stat::parse(line).unwrap();
         let pid: i32 = line.trim().split(' ').next().unwrap().parse().unwrap();
         assert_eq!((st.session, st.tty_nr, st.tpgid), (pid, s.tty_nr, pid), "attempt {attempt}: {line}");
     }
-    assert_eq!(s.wait(STEP), Some(6), "{}", s.transcript());
+    assert_eq!(s.wait(STEP), 6, "{}", s.transcript());
 }
 
 /// A command typed at an interactive shell runs and prints; drainit holds no
@@ -457,7 +270,7 @@ fn interactive_shell_runs_commands_and_exit_code_is_the_shells() {
     s.expect(PROMPT, STEP);
 
     s.line("exit 3");
-    assert_eq!(s.wait(STEP), Some(3), "{}", s.transcript());
+    assert_eq!(s.wait(STEP), 3, "{}", s.transcript());
     let text = s.transcript();
     assert!(text.contains("event=child_exited") && text.contains("event=exit code=3"), "{text}");
 }
@@ -468,7 +281,6 @@ fn interactive_shell_runs_commands_and_exit_code_is_the_shells() {
 #[test]
 fn ctrl_c_interrupts_the_foreground_job_once() {
     let dir = Scratch::new("tty-intr");
-    let (count, stop) = (dir.path("ints"), dir.path("stop"));
     let mut s = drainit_on_tty(&SHELL);
     set_prompt(&mut s);
 
@@ -484,21 +296,19 @@ fn ctrl_c_interrupts_the_foreground_job_once() {
     s.expect("after=130", STEP);
     s.expect(PROMPT, STEP);
 
-    // A foreground job that counts every SIGINT it gets.
-    s.line(&format!(
-        "sh -c 'trap \"echo INT >> {c}\" INT; echo RE\"\"ADY; i=0; \
-         while [ ! -e {stop} ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done; echo DO\"\"NE'",
-        c = count.display(),
-        stop = stop.display()
-    ));
-    s.expect("READY", STEP);
+    // A foreground job that counts every SIGINT it gets; SIGTERM ends it.
+    let job = Recorder::new(&dir, "job");
+    s.line(&job.argv().join(" "));
+    assert!(job.wait_ready(STEP), "the job never started:\n{}", s.transcript());
     s.send(b"\x03");
-    assert!(wait_until(STEP, || count_lines(&count) >= 1), "no SIGINT counted:\n{}", s.transcript());
+    assert!(wait_until(STEP, || job.count(libc::SIGINT) >= 1), "no SIGINT counted:\n{}", s.transcript());
     s.settle(ms(700));
-    assert_eq!(count_lines(&count), 1, "exactly one SIGINT reaches the job:\n{}", s.transcript());
-    std::fs::write(&stop, "").unwrap();
-    s.expect("DONE", STEP);
+    assert_eq!(job.count(libc::SIGINT), 1, "exactly one SIGINT reaches the job:\n{}", s.transcript());
+    let pid = job.host_pid(s.pid1).expect("the job's pid");
+    // SAFETY: kill with integers, to a process of this test's namespace.
+    unsafe { libc::kill(pid, libc::SIGTERM) };
     s.expect(PROMPT, STEP);
+    assert_eq!(job.exit_code(), Some(0), "{}", s.transcript());
 
     s.line("echo al\"\"ive");
     s.expect("alive", STEP);
@@ -507,7 +317,7 @@ fn ctrl_c_interrupts_the_foreground_job_once() {
     assert!(!text.contains("event=stop_requested"), "Ctrl-C is not a stop request for drainit:\n{text}");
     assert!(!text.contains("event=signal_forwarded"), "drainit forwards nothing:\n{text}");
     s.line("exit 0");
-    assert_eq!(s.wait(STEP), Some(0), "{}", s.transcript());
+    assert_eq!(s.wait(STEP), 0, "{}", s.transcript());
 }
 
 /// Ctrl-Z suspends the foreground job, `fg` resumes it; drainit never stops
@@ -549,7 +359,7 @@ fn ctrl_z_then_fg() {
     let text = s.transcript();
     assert!(!text.contains("event=signal_forwarded"), "drainit forwards nothing:\n{text}");
     s.line("exit 4");
-    assert_eq!(s.wait(STEP), Some(4), "{}", s.transcript());
+    assert_eq!(s.wait(STEP), 4, "{}", s.transcript());
 }
 
 /// A resize of the terminal (TIOCSWINSZ on the master, as docker does)
@@ -562,16 +372,15 @@ fn resize_reaches_the_foreground_job() {
     s.expect("24 80", STEP);
     s.expect(PROMPT, STEP);
 
-    // A foreground job that prints the size when SIGWINCH comes, then ends.
-    s.line(
-        "sh -c 'trap \"echo WINCH; stty size; exit 0\" WINCH; echo RE\"\"ADY; i=0; \
-         while [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done; echo NO\"\"WINCH'",
-    );
-    s.expect("READY", STEP);
+    // A foreground job that notes the size when SIGWINCH comes, then ends.
+    let dir = Scratch::new("tty-winch");
+    let job = Recorder::new(&dir, "job").exit_on(libc::SIGWINCH);
+    s.line(&job.argv().join(" "));
+    assert!(job.wait_ready(STEP), "the job never started:\n{}", s.transcript());
     s.resize(50, 132);
-    s.expect("WINCH", STEP);
-    s.expect("50 132", STEP);
+    assert!(wait_until(STEP, || job.winsize() == Some((50, 132))), "{:?}:\n{}", job.winsize(), s.transcript());
     s.expect(PROMPT, STEP);
+    assert_eq!(job.exit_code(), Some(0));
 
     // And the shell itself, idle in the foreground, sees the new size.
     s.resize(33, 99);
@@ -579,15 +388,14 @@ fn resize_reaches_the_foreground_job() {
     s.expect("33 99", STEP);
     s.expect(PROMPT, STEP);
     s.line("exit 0");
-    assert_eq!(s.wait(STEP), Some(0), "{}", s.transcript());
+    assert_eq!(s.wait(STEP), 0, "{}", s.transcript());
 }
 
-/// Without a terminal (stdin /dev/null, the usual container) nothing of the
-/// above happens: the worker is a session leader without a controlling
-/// terminal, and everything works as before.
-#[test]
-fn without_a_terminal_nothing_changes() {
-    for mode in MODES {
+per_mode! {
+    /// Without a terminal (stdin /dev/null, the usual container) nothing of
+    /// the above happens: the worker is a session leader without a
+    /// controlling terminal, and everything works as before.
+    fn without_a_terminal_nothing_changes(mode) {
         let script = "cat /proc/$$/stat; if tty >/dev/null; then echo HAS_TTY; else echo NO_TTY; fi; \
                       if (exec 3</dev/tty) 2>/dev/null; then echo DEV_TTY; else echo NO_DEV_TTY; fi; exit 5";
         let mut run = drainit(mode, sh(script)).spawn();
@@ -595,13 +403,12 @@ fn without_a_terminal_nothing_changes() {
         assert_eq!(ended.code, Some(5), "{mode:?}: {}", run.log());
         let out = run.stdout();
         let line = out.lines().find(|l| l.contains("(sh)")).unwrap_or_else(|| panic!("{mode:?}: {out}"));
-        let st = parse_stat(line).unwrap();
-        let pid: i32 = line.split(' ').next().unwrap().parse().unwrap();
-        assert_eq!((st.session, st.pgrp), (pid, pid), "{mode:?}: {line}");
+        let st = Stat::parse(line).unwrap();
+        assert_eq!((st.session, st.pgrp), (st.pid, st.pid), "{mode:?}: {line}");
         assert_eq!(st.tty_nr, 0, "{mode:?}: no controlling terminal: {line}");
         assert_eq!(st.tpgid, -1, "{mode:?}: {line}");
         assert!(out.contains("NO_TTY") && out.contains("NO_DEV_TTY"), "{mode:?}: {out}");
-        assert!(run.log().contains("event=exit code=5"), "{mode:?}: {}", run.log());
+        check_log_end(&run.log(), 5).unwrap();
     }
 }
 
@@ -616,32 +423,28 @@ fn without_a_terminal_nothing_changes() {
 #[test]
 fn typed_at_a_shell_ctrl_c_is_forwarded_once() {
     let dir = Scratch::new("tty-nested");
-    let (count, stop, stat_file) = (dir.path("ints"), dir.path("stop"), dir.path("stat"));
+    // The worker counts SIGINTs, keeps SIGTSTP's default action (stop), and
+    // exits 7 on SIGTERM (sent by the test, not by drainit).
+    let rec = Recorder::new(&dir, "w").default(libc::SIGTSTP).code(7);
     let mut s = Session::start(&SHELL);
     set_prompt(&mut s);
-    s.line(&format!(
-        "{BIN} -v -- sh -c 'cat /proc/$$/stat > {st}; trap \"echo INT >> {c}\" INT; echo RE\"\"ADY; i=0; \
-         while [ ! -e {stop} ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done; exit 7'; echo code=$?",
-        st = stat_file.display(),
-        c = count.display(),
-        stop = stop.display()
-    ));
-    s.expect("READY", STEP);
+    s.line(&format!("{BIN} -v -- {}; echo code=$?", rec.argv().join(" ")));
+    assert!(rec.wait_ready(STEP), "the worker never started:\n{}", s.transcript());
     let drainit = s.find("drainit");
-    let worker = wait_for(STEP, || children(drainit).into_iter().find(|&c| comm(c) == "sh")).expect("the worker");
+    let worker = wait_for(STEP, || HOST.children(drainit).first().copied()).expect("the worker");
     let (d, w, outer) = (stat(drainit).unwrap(), stat(worker).unwrap(), stat(s.pid1).unwrap());
     assert_eq!(outer.tpgid, d.pgrp, "drainit is the outer shell's foreground job: {d:?} {outer:?}");
     assert_ne!(d.session, drainit, "drainit is not a session leader: {d:?}");
     assert_eq!(d.tty_nr, 0, "drainit let go of the terminal: {d:?}");
     assert_eq!((w.session, w.tty_nr), (worker, 0), "the worker has its own session, without the terminal: {w:?}");
-    let inner = parse_stat(&std::fs::read_to_string(&stat_file).unwrap()).unwrap();
+    let inner = rec.first_stat().unwrap();
     assert_eq!(inner.tty_nr, 0, "from its first instruction: {inner:?}");
 
     s.send(b"\x03");
-    assert!(wait_until(STEP, || count_lines(&count) >= 1), "no SIGINT counted:\n{}", s.transcript());
+    assert!(wait_until(STEP, || rec.count(libc::SIGINT) >= 1), "no SIGINT counted:\n{}", s.transcript());
     s.expect("event=stop_requested signal=SIGINT", STEP);
     s.settle(ms(700));
-    assert_eq!(count_lines(&count), 1, "exactly one SIGINT reaches the worker:\n{}", s.transcript());
+    assert_eq!(rec.count(libc::SIGINT), 1, "exactly one SIGINT reaches the worker:\n{}", s.transcript());
 
     s.send(b"\x1a");
     s.expect("event=signal_forwarded signal=SIGTSTP", STEP);
@@ -649,14 +452,15 @@ fn typed_at_a_shell_ctrl_c_is_forwarded_once() {
     assert_ne!(stat(drainit).unwrap().state, 'T', "drainit does not stop");
     assert_ne!(stat(worker).unwrap().state, 'T', "an orphaned group ignores a forwarded SIGTSTP");
 
-    std::fs::write(&stop, "").unwrap();
+    // SAFETY: kill with integers, to a process of this test's namespace.
+    unsafe { libc::kill(worker, libc::SIGTERM) };
     s.expect("event=exit code=7", STEP);
     s.expect("code=7", STEP);
     s.expect(PROMPT, STEP);
     s.line("echo al\"\"ive");
     s.expect("alive", STEP);
     s.line("exit 0");
-    assert_eq!(s.wait(STEP), Some(0), "{}", s.transcript());
+    assert_eq!(s.wait(STEP), 0, "{}", s.transcript());
 }
 
 /// Typed at a shell, Ctrl-C is a stop request like any SIGINT drainit gets:
@@ -678,5 +482,5 @@ fn typed_at_a_shell_ctrl_c_starts_the_grace_clock() {
     s.expect("code=137", STEP);
     s.expect(PROMPT, STEP);
     s.line("exit 0");
-    assert_eq!(s.wait(STEP), Some(0), "{}", s.transcript());
+    assert_eq!(s.wait(STEP), 0, "{}", s.transcript());
 }

@@ -1,0 +1,199 @@
+//! The test kit: run the built drainit, drive it, and read what happened.
+//! Every integration test file starts with `mod kit; use kit::*;`.
+//!
+//! - [`drainit`] / [`launch`] build a run: drainit (or any program) as PID 1
+//!   of a new PID + mount namespace with its own /proc ([`Mode::Pid1`]), or
+//!   as a plain child of the test ([`Mode::Subreaper`]), optionally inside a
+//!   private PID namespace of its own ([`Builder::private_pid_namespace`]).
+//!   Each of stdin, stdout and stderr is captured, /dev/null, closed, or an
+//!   fd the test opened ([`Io`]: a pipe nobody reads, a pty, a socket, a file).
+//! - [`Running`] is the running process: its pid, signals, the captured log
+//!   and stdout, bounded waits, and a watchdog that SIGKILLs it (and what it
+//!   started) past a limit, so that a test that hangs or forgets cannot leave
+//!   drainit running. Dropping it before it exited kills it too.
+//! - [`wait_until`] is the one bounded wait; its result must be asserted.
+//! - [`Recorder`] is the worker that records every signal it is sent
+//!   (`sigrec.c`): as the worker, a child or grandchild, in its own session,
+//!   ignoring or dying of SIGTERM, exiting by itself, per attempt.
+//! - [`Event`] parses drainit's logfmt lines; [`Procfs`] reads /proc (the
+//!   host's, or a namespace's as its PID 1 sees it); [`c_helper`] compiles
+//!   the other C workers; [`pty`] opens terminals.
+//! - [`per_mode!`] makes one `#[test]` per mode from one body, [`cases!`] one
+//!   per row of a table.
+//!
+//! A typical test:
+//!
+//! ```ignore
+//! mod kit;
+//! use kit::*;
+//!
+//! per_mode! {
+//!     /// A worker that ignores SIGTERM is SIGKILLed at the deadline.
+//!     fn sigterm_ignored_means_137(mode) {
+//!         let dir = Scratch::new("deadline");
+//!         let rec = Recorder::new(&dir, "w").term(Term::Ignore);
+//!         let mut run = drainit(mode, rec.worker_with(&["--grace", "1s"])).spawn();
+//!         assert!(rec.wait_ready(secs(10)), "{}", run.log());
+//!         run.signal(libc::SIGTERM);
+//!         let ended = run.wait(secs(10));
+//!         assert_eq!(ended.code, Some(137), "{}", run.log());
+//!         assert_eq!(run.count_events("deadline_reached"), 1);
+//!     }
+//! }
+//! ```
+#![allow(dead_code, unused_imports, unused_macros)]
+
+mod cases;
+mod cc;
+mod events;
+mod launch;
+mod pidfd;
+mod procfs;
+pub mod pty;
+mod recorder;
+mod running;
+
+pub(crate) use cases::{cases, per_mode};
+pub use cc::c_helper;
+pub use events::{Event, check_log_end, event_names, one_clear_line, parse_duration, parse_events};
+pub use launch::{Builder, Io, drainit, launch, pipe};
+pub use pidfd::Pidfd;
+pub use procfs::{HOST, Procfs, Stat, alive, alive_as, exists};
+pub use recorder::{End, Recorder, Term};
+pub use running::{Ended, Running};
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+/// The binary under test.
+pub const BIN: &str = env!("CARGO_BIN_EXE_drainit");
+
+/// How drainit runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// PID 1 of a fresh PID and mount namespace with its own /proc.
+    Pid1,
+    /// A plain child of the test: drainit registers as child subreaper.
+    Subreaper,
+}
+
+pub const MODES: [Mode; 2] = [Mode::Pid1, Mode::Subreaper];
+
+/// Poll `cond` every 10ms until it holds (true) or `limit` passes (false).
+/// The only wait in the tests: assert its result, or it is a hidden sleep.
+#[must_use = "assert the result: an unchecked wait is a hidden sleep"]
+pub fn wait_until(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let end = Instant::now() + limit;
+    loop {
+        if cond() {
+            return true;
+        }
+        if Instant::now() >= end {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// [`wait_until`] for a value: the first `Some` that `f` returns.
+#[must_use = "a wait's result must be used"]
+pub fn wait_for<T>(limit: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
+    let mut found = None;
+    let _ = wait_until(limit, || {
+        found = f();
+        found.is_some()
+    });
+    found
+}
+
+/// CLOCK_MONOTONIC in ns: the clock of the recorder's timestamps.
+pub fn monotonic_ns() -> u128 {
+    let mut t = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes one timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut t) };
+    t.tv_sec as u128 * 1_000_000_000 + t.tv_nsec as u128
+}
+
+/// A scratch directory for one test, removed on drop.
+pub struct Scratch(pub PathBuf);
+
+impl Scratch {
+    pub fn new(tag: &str) -> Scratch {
+        static N: AtomicU32 = AtomicU32::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "drainit-test-{}-{}-{}",
+            tag,
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        Scratch(dir)
+    }
+
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+
+    /// The file's contents, or "" while it does not exist.
+    pub fn read(&self, name: &str) -> String {
+        std::fs::read_to_string(self.path(name)).unwrap_or_default()
+    }
+
+    pub fn exists(&self, name: &str) -> bool {
+        self.path(name).exists()
+    }
+
+    pub fn lines(&self, name: &str) -> Vec<String> {
+        self.read(name).lines().map(str::to_string).collect()
+    }
+
+    /// The directory as a string (it names this test's processes: a marker
+    /// for [`alive_as`]).
+    pub fn str(&self) -> String {
+        path_str(&self.0)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// `-- sh -c script`.
+pub fn sh(script: &str) -> Vec<String> {
+    vec!["--".into(), "sh".into(), "-c".into(), script.into()]
+}
+
+/// Options, then `-- sh -c script`.
+pub fn with_sh(options: &[&str], script: &str) -> Vec<String> {
+    options.iter().map(|s| s.to_string()).chain(sh(script)).collect()
+}
+
+pub fn path_str(p: &Path) -> String {
+    p.display().to_string()
+}
+
+pub const SECOND: Duration = Duration::from_secs(1);
+
+pub fn secs(n: u64) -> Duration {
+    Duration::from_secs(n)
+}
+
+pub fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+/// DRAINIT_LONG=1 turns on the long modes of the robustness tests.
+pub fn long_mode() -> bool {
+    std::env::var_os("DRAINIT_LONG").is_some_and(|v| !v.is_empty() && v != "0")
+}
+
+/// Serialize the heavy scenarios of one test binary: on two shared cores, a
+/// zombie storm next to a fork bomb would measure each other.
+pub fn heavy() -> std::sync::MutexGuard<'static, ()> {
+    static HEAVY: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    HEAVY.lock().unwrap_or_else(|e| e.into_inner())
+}

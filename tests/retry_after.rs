@@ -1,0 +1,251 @@
+//! The retry-after file: a worker that exits with a backoff code may first
+//! write the exact delay it wants there. drainit reads it once per backoff
+//! exit, clamps it, and survives whatever a worker leaves at that path (a
+//! read-only location, a directory, garbage, a FIFO, a link to /dev/zero)
+//! with at most one warning.
+
+mod kit;
+use kit::*;
+
+use std::ffi::CString;
+use std::os::unix::ffi::OsStrExt;
+use std::time::{Duration, Instant};
+
+/// The `delay=` of each `backoff` event, in order.
+fn delays(run: &Running) -> Vec<Duration> {
+    run.events().iter().filter(|e| e.name == "backoff").map(|e| e.duration("delay")).collect()
+}
+
+/// A recorder that exits 75 on its first attempt (after `first`), 0 on the next.
+fn exits_75_then_0(dir: &Scratch, first: impl FnOnce(Recorder) -> Recorder) -> Recorder {
+    Recorder::new(dir, "w").per_attempt().exit_after(0, 0).on_attempt(1, |r| first(r.exit_after(0, 75)))
+}
+
+/// drainit with a shell worker that exits 75 on its first attempt after
+/// `first` (where the recorder cannot live: its own directory read-only),
+/// and 0 on the second.
+fn backoff_run(mode: Mode, first: &str) -> Builder {
+    let script = format!("if [ \"$DRAINIT_ATTEMPT\" = 1 ]; then {first}; exit 75; fi; exit 0");
+    let options =
+        ["--backoff-delay", "100ms", "--backoff-max-delay", "200ms", "--grace", "1s", "--orchestrator-timeout", "2s"];
+    drainit(mode, with_sh(&options, &script))
+}
+
+#[test]
+fn the_file_sets_the_exact_delay_and_is_removed() {
+    let dir = Scratch::new("retry");
+    let starts_file = path_str(&dir.path("starts"));
+    let removed = path_str(&dir.path("removed"));
+    // Attempt 1 asks for 300ms; attempt 2 notes whether the file is gone.
+    let script = format!(
+        "date +%s%N >> {starts_file}; \
+         if [ \"$DRAINIT_ATTEMPT\" = 1 ]; then echo 300ms > \"$DRAINIT_RETRY_AFTER_FILE\"; exit 75; fi; \
+         [ -e \"$DRAINIT_RETRY_AFTER_FILE\" ] || touch {removed}; exit 0"
+    );
+    let mut run = drainit(Mode::Subreaper, with_sh(&["--backoff-delay", "5s"], &script)).spawn();
+    let ended = run.wait(secs(10));
+    assert_eq!(ended.code, Some(0), "{}", run.log());
+    assert_eq!(delays(&run), [ms(300)], "{}", run.log());
+    let starts: Vec<u64> = dir.lines("starts").iter().map(|l| l.parse().unwrap()).collect();
+    let gap = Duration::from_nanos(starts[1] - starts[0]);
+    assert!(gap >= ms(300) && gap < ms(1500), "{gap:?}");
+    assert!(dir.exists("removed"), "drainit removes the file after reading it");
+}
+
+#[test]
+fn a_file_left_from_before_does_not_count() {
+    // drainit removes the file before every attempt (not when it exits): a
+    // value a worker left behind, in this run or an earlier one, is never
+    // read for a later backoff exit.
+    let dir = Scratch::new("leftover");
+    let file = dir.path("retry-after");
+    std::fs::write(&file, "10ms").unwrap();
+    let rec = exits_75_then_0(&dir, |r| r);
+    let mut run = drainit(Mode::Subreaper, rec.worker_with(&["--backoff-delay", "400ms"]))
+        .env("DRAINIT_RETRY_AFTER_FILE", &file)
+        .spawn();
+    assert_eq!(run.wait(secs(10)).code, Some(0), "{}", run.log());
+    let delays = delays(&run);
+    assert!(delays.len() == 1 && delays[0] >= ms(200), "the normal delay, not 10ms: {delays:?}\n{}", run.log());
+}
+
+#[test]
+fn the_delay_is_clamped_to_the_max_delay() {
+    let dir = Scratch::new("clamp");
+    let rec = exits_75_then_0(&dir, |r| r.retry_after("1h"));
+    let options = ["--backoff-max-delay", "500ms", "--backoff-delay", "100ms"];
+    let mut run = drainit(Mode::Subreaper, rec.worker_with(&options)).spawn();
+    assert_eq!(run.wait(secs(10)).code, Some(0), "{}", run.log());
+    assert_eq!(delays(&run), [ms(500)], "{}", run.log());
+}
+
+#[test]
+fn garbage_warns_and_the_normal_delay_is_used() {
+    let dir = Scratch::new("garbage");
+    let rec = exits_75_then_0(&dir, |r| r.retry_after("soon-ish"));
+    let mut run = drainit(Mode::Subreaper, rec.worker_with(&["--backoff-delay", "200ms"])).spawn();
+    assert_eq!(run.wait(secs(10)).code, Some(0), "{}", run.log());
+    let warning = run.event("retry_after_invalid").unwrap_or_else(|| panic!("{}", run.log()));
+    assert!(warning.line.contains("soon-ish"), "{}", warning.line);
+    let slept = delays(&run);
+    assert!(slept.len() == 1 && slept[0] >= ms(100) && slept[0] <= ms(200), "{slept:?}");
+}
+
+/// Enter a new mount namespace in which `dir` is read-only.
+fn read_only(dir: &std::path::Path) -> impl FnMut() -> std::io::Result<()> + Send + Sync + 'static {
+    let target = CString::new(dir.as_os_str().as_bytes()).unwrap();
+    move || {
+        // SAFETY: unshare and mount with valid NUL-terminated strings that
+        // live as long as the closure.
+        unsafe {
+            if libc::unshare(libc::CLONE_NEWNS) != 0
+                || libc::mount(
+                    c"none".as_ptr(),
+                    c"/".as_ptr(),
+                    std::ptr::null(),
+                    libc::MS_REC | libc::MS_PRIVATE,
+                    std::ptr::null(),
+                ) != 0
+                || libc::mount(
+                    target.as_ptr(),
+                    target.as_ptr(),
+                    std::ptr::null(),
+                    libc::MS_BIND | libc::MS_REC,
+                    std::ptr::null(),
+                ) != 0
+                || libc::mount(
+                    std::ptr::null(),
+                    target.as_ptr(),
+                    std::ptr::null(),
+                    libc::MS_BIND | libc::MS_REMOUNT | libc::MS_RDONLY,
+                    std::ptr::null(),
+                ) != 0
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+        }
+        Ok(())
+    }
+}
+
+per_mode! {
+    /// DRAINIT_RETRY_AFTER_FILE in a read-only directory: the worker cannot
+    /// write it, drainit restarts with the normal delay, and says nothing
+    /// that is not an event.
+    fn a_read_only_directory_still_restarts(mode) {
+        let dir = Scratch::new("ro");
+        std::fs::create_dir(dir.path("ro")).unwrap();
+        let file = dir.path("ro/retry-after");
+        let mut run = backoff_run(mode, "echo 50ms 2>/dev/null > \"$DRAINIT_RETRY_AFTER_FILE\"")
+            .env("DRAINIT_RETRY_AFTER_FILE", &file)
+            .before_exec(read_only(&dir.path("ro")))
+            .spawn();
+        let ended = run.wait(secs(10));
+        let log = run.log();
+        assert_eq!(ended.code, Some(0), "{mode:?} read-only dir: {log}");
+        assert_eq!(run.count_events("child_started"), 2, "{mode:?}: {log}");
+        let stray: Vec<&str> = log.lines().filter(|l| !l.starts_with("drainit: event=")).collect();
+        assert!(stray.is_empty(), "{mode:?}: {log}");
+        check_log_end(&log, 0).unwrap();
+    }
+}
+
+per_mode! {
+    /// The default location, with all of the temporary directory read-only.
+    fn a_read_only_tmp_still_restarts(mode) {
+        let mut run = backoff_run(mode, "echo 50ms > \"$DRAINIT_RETRY_AFTER_FILE\" 2>/dev/null")
+            .before_exec(read_only(&std::env::temp_dir()))
+            .spawn();
+        let ended = run.wait(secs(10));
+        let log = run.log();
+        assert_eq!(ended.code, Some(0), "{mode:?} read-only /tmp: {log}");
+        assert_eq!(run.count_events("child_started"), 2, "{mode:?}: {log}");
+        check_log_end(&log, 0).unwrap();
+    }
+}
+
+per_mode! {
+    fn a_directory_at_the_path_is_one_warning(mode) {
+        let dir = Scratch::new("ra-dir");
+        std::fs::create_dir(dir.path("ra")).unwrap();
+        let rec = exits_75_then_0(&dir, |r| r);
+        let options = ["--backoff-delay", "100ms", "--backoff-max-delay", "200ms"];
+        let mut run = drainit(mode, rec.worker_with(&options)).env("DRAINIT_RETRY_AFTER_FILE", dir.path("ra")).spawn();
+        let ended = run.wait(secs(10));
+        let log = run.log();
+        assert_eq!(ended.code, Some(0), "{mode:?}: {log}");
+        assert_eq!(run.count_events("retry_after_invalid"), 1, "{mode:?}: {log}");
+        check_log_end(&log, 0).unwrap();
+    }
+}
+
+per_mode! {
+    /// 1 MiB of garbage: a warning, a normal delay, and a line of sane length.
+    fn a_mebibyte_of_garbage_is_one_short_warning(mode) {
+        let dir = Scratch::new("ra-big");
+        let mut run = backoff_run(mode, "head -c 1048576 /dev/urandom | base64 > \"$DRAINIT_RETRY_AFTER_FILE\"")
+            .env("DRAINIT_RETRY_AFTER_FILE", dir.path("ra"))
+            .spawn();
+        let ended = run.wait(secs(10));
+        let log = run.log();
+        assert_eq!(ended.code, Some(0), "{mode:?}: {}", &log[..log.len().min(2000)]);
+        let warning = run.event("retry_after_invalid").expect("a warning");
+        assert!(warning.line.len() < 1000, "{mode:?}: a {}-byte warning line echoes the whole file", warning.line.len());
+    }
+}
+
+per_mode! {
+    /// A worker that leaves a FIFO as its retry-after file must not wedge
+    /// drainit: reading it must not block.
+    fn a_fifo_does_not_wedge_drainit(mode) {
+        let dir = Scratch::new("ra-fifo");
+        let mut run = backoff_run(mode, "mkfifo \"$DRAINIT_RETRY_AFTER_FILE\"")
+            .env("DRAINIT_RETRY_AFTER_FILE", dir.path("ra"))
+            .spawn();
+        assert!(run.wait_log(&["event=child_exited", "code=75"], secs(10)), "{}", run.log());
+        // Stuck opening the FIFO, drainit would never decide on the sleep.
+        assert!(
+            run.wait_event("backoff", secs(5)).is_some(),
+            "{mode:?}: drainit is stuck opening the FIFO (no signal, no reaping, no deadline); log:\n{}",
+            run.log()
+        );
+        let sent = Instant::now();
+        run.signal(libc::SIGTERM);
+        let ended = run.wait(secs(4));
+        eprintln!("fifo {mode:?}: exit {:?} {:?} after SIGTERM", ended.code, sent.elapsed());
+        assert!(
+            ended.code == Some(0) || ended.code == Some(143),
+            "{mode:?}: restarted and stopped (143), or restarted and done (0); log:\n{}",
+            run.log()
+        );
+    }
+}
+
+#[test]
+fn a_link_to_dev_zero_is_not_read_forever() {
+    let dir = Scratch::new("ra-zero");
+    // A limit on address space keeps an endless read from hurting the
+    // machine: Rust's read_to_string then fails with "out of memory" after
+    // some 256 MiB instead of reading until the OOM killer comes.
+    let mut run = backoff_run(Mode::Subreaper, "ln -s /dev/zero \"$DRAINIT_RETRY_AFTER_FILE\"")
+        .env("DRAINIT_RETRY_AFTER_FILE", dir.path("ra"))
+        .before_exec(|| {
+            let limit = libc::rlimit { rlim_cur: 512 << 20, rlim_max: 512 << 20 };
+            // SAFETY: setrlimit with a valid struct.
+            unsafe { libc::setrlimit(libc::RLIMIT_AS, &limit) };
+            Ok(())
+        })
+        .spawn();
+    let mut peak = 0;
+    let ended = wait_until(secs(20), || {
+        peak = peak.max(HOST.memory_kib(run.pid).1);
+        run.try_ended()
+    });
+    assert!(ended, "drainit still runs after 20s: {}", run.log());
+    let ended = run.wait(secs(1));
+    let log = run.log();
+    eprintln!("dev/zero: exit {:?}, drainit VmHWM {peak} KiB; log:\n{log}", ended.code);
+    assert_eq!(ended.code, Some(0), "{log}");
+    check_log_end(&log, 0).unwrap();
+    assert!(peak < 64 << 10, "drainit read /dev/zero into memory: VmHWM {peak} KiB");
+}
