@@ -429,6 +429,68 @@ mod tests {
     }
 
     #[test]
+    fn new_options_and_their_defaults() {
+        let c = parse(args(&["true"])).unwrap();
+        assert_eq!((c.stop_delay, c.drain_file, c.finish), (Duration::ZERO, None, None));
+        assert_eq!(c.finish_timeout, Duration::from_secs(5));
+        assert_eq!(c.termination_log, Some(PathBuf::from("/dev/termination-log")));
+        let c = parse(args(&[
+            "--stop-delay",
+            "5s",
+            "--drain-file",
+            "/run/draining",
+            "--finish",
+            "/bin/true",
+            "--finish-timeout",
+            "1s",
+            "--remap-exit",
+            "143:0",
+            "--termination-log",
+            "off",
+            "true",
+        ]))
+        .unwrap();
+        assert_eq!(c.stop_delay, Duration::from_secs(5), "grace 9s leaves the worker 4s");
+        assert_eq!(c.drain_file, Some(PathBuf::from("/run/draining")));
+        assert_eq!(c.finish, Some(OsString::from("/bin/true")));
+        assert_eq!(c.termination_log, None);
+        assert_eq!(c.remap.apply(crate::exit::Code(143)), Some(crate::exit::Code(0)));
+    }
+
+    #[test]
+    fn a_backoff_base_above_the_cap_is_capped_not_refused() {
+        let c = parse(args(&["--backoff-delay", "3s", "--backoff-max-delay", "200ms", "true"])).unwrap();
+        assert_eq!((c.backoff.delay, c.backoff.max_delay), (Duration::from_secs(3), Duration::from_millis(200)));
+        assert!(parse(args(&["--backoff-max-delay", "500ms", "true"])).is_ok());
+    }
+
+    #[test]
+    fn a_finish_program_without_a_slash_is_the_file_here() {
+        let here = std::env::current_dir().unwrap();
+        let name = format!("drainit-finish-test-{}", std::process::id());
+        let path = here.join(&name);
+        std::fs::write(&path, "#!/bin/sh\n").unwrap();
+        std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+        let c = parse(args(&["--finish", &name, "true"]));
+        let _ = std::fs::remove_file(&path);
+        assert_eq!(c.unwrap().finish, Some(OsString::from(format!("./{name}"))));
+    }
+
+    #[test]
+    fn the_version_line_depends_on_the_name() {
+        let line = version_line(Some(&OsString::from("/usr/local/libexec/docker/docker-init")));
+        // dockerd's parseInitVersion: split on " - ", then the ID on ".".
+        let (version, git) = line.split_once(" - ").unwrap();
+        assert_eq!(version, format!("tini version drainit-{}", env!("CARGO_PKG_VERSION")));
+        let id = git.strip_prefix("git.").unwrap();
+        assert!(!id.contains('.') && !id.contains(" - ") && id.starts_with("drainit-"), "{id}");
+        assert_eq!(line.matches(" - ").count(), 1);
+        assert_eq!(version_line(Some(&OsString::from("drainit"))), format!("drainit {}", env!("CARGO_PKG_VERSION")));
+        assert_eq!(version_line(Some(&OsString::from("/sbin/docker-init-old"))).split(' ').next(), Some("drainit"));
+        assert_eq!(version_line(None).split(' ').next(), Some("drainit"));
+    }
+
+    #[test]
     fn command_keeps_its_own_flags() {
         let c = parse(args(&["-q", "sh", "-c", "exit 3", "--grace", "x"])).unwrap();
         assert_eq!(c.command, args(&["sh", "-c", "exit 3", "--grace", "x"])[1..].to_vec());
