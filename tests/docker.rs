@@ -28,8 +28,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use containers::{
-    Container, Engine, Image, LOG_TIMEOUT, MANIFEST_DIR, Scratch, assert_log_has, check_orphans_reaped, poll,
-    run_bounded, statics, unique_name,
+    Container, Engine, Image, LOG_TIMEOUT, MANIFEST_DIR, Scratch, assert_log_has, check_deadline_stop,
+    check_drained_stop, check_orphans_reaped, poll, run_bounded, statics, unique_name,
 };
 
 // ---------------------------------------------------------------------------
@@ -251,42 +251,17 @@ fn docker_run_passes_exit_codes_through() {
 #[test]
 fn docker_stop_lets_a_draining_worker_finish() {
     let image = rig();
-    let c = start(
-        &image,
-        &[],
-        &[("DRAINIT_ORCHESTRATOR_TIMEOUT", "5s"), ("SAMPLE_WORKER_STEP", "1")],
-        &["/usr/local/bin/sample-worker"],
-    );
-    c.wait_for_log("sample-worker: ready", LOG_TIMEOUT);
-    let took = c.stop(5);
-    let log = c.logs();
-    assert_eq!(c.exit_code(), 0, "docker stop -t 5 took {took:?}; log:\n{log}");
-    let cleanup = c.read_file("/state/cleanup.done").unwrap_or_else(|e| panic!("{e}; log:\n{log}"));
-    assert!(cleanup.starts_with("stopped by SIGTERM"), "cleanup file: {cleanup:?}");
-    assert_log_has(&log, "event=stop_requested signal=SIGTERM", "stop");
-    assert_log_has(&log, "event=exit code=0", "stop");
-    assert!(!log.contains("event=deadline_reached"), "the worker drained in time, yet:\n{log}");
+    let env = [("DRAINIT_ORCHESTRATOR_TIMEOUT", "5s"), ("SAMPLE_WORKER_STEP", "1")];
+    let c = start(&image, &[], &env, &["/usr/local/bin/sample-worker"]);
+    check_drained_stop(&c, 5, 4);
 }
 
 #[test]
 fn drainit_deadline_beats_docker_kill() {
     let image = rig();
-    let c = start(
-        &image,
-        &[],
-        &[("DRAINIT_GRACE", "2s"), ("DRAINIT_ORCHESTRATOR_TIMEOUT", "5s")],
-        &["sh", "/workers/ignore-term.sh"],
-    );
-    c.wait_for_log("ignore-term: ready", LOG_TIMEOUT);
-    let took = c.stop(5);
-    let log = c.logs();
-    assert_eq!(c.exit_code(), 137, "docker stop -t 5 took {took:?}; log:\n{log}");
-    assert_log_has(&log, "event=stop_requested signal=SIGTERM grace=2s", "deadline");
-    assert_log_has(&log, "event=deadline_reached", "deadline");
-    // Docker's own SIGKILL would leave no exit line: this one proves drainit
-    // ended the worker and exited by itself, before Docker's 5s.
-    assert_log_has(&log, "event=exit code=137", "deadline");
-    assert!(took >= Duration::from_millis(1500), "grace 2s, yet stopped after {took:?}:\n{log}");
+    let env = [("DRAINIT_GRACE", "2s"), ("DRAINIT_ORCHESTRATOR_TIMEOUT", "5s")];
+    let c = start(&image, &[], &env, &["sh", "/workers/ignore-term.sh"]);
+    check_deadline_stop(&c, 5, 2);
 }
 
 #[test]
@@ -490,16 +465,9 @@ fn termination_log_gets_the_summary_after_docker_stop() {
     let image = rig();
     let scratch = Scratch::new();
     let (file, mount) = termination_log(&scratch);
-    let c = start(
-        &image,
-        &["--mount", &mount],
-        &[("DRAINIT_GRACE", "1s"), ("DRAINIT_ORCHESTRATOR_TIMEOUT", "5s")],
-        &["sh", "/workers/ignore-term.sh"],
-    );
-    c.wait_for_log("ignore-term: ready", LOG_TIMEOUT);
-    let took = c.stop(5);
-    let log = c.logs();
-    assert_eq!(c.exit_code(), 137, "docker stop -t 5 took {took:?}; log:\n{log}");
+    let env = [("DRAINIT_GRACE", "1s"), ("DRAINIT_ORCHESTRATOR_TIMEOUT", "5s")];
+    let c = start(&image, &["--mount", &mount], &env, &["sh", "/workers/ignore-term.sh"]);
+    check_deadline_stop(&c, 5, 1);
     let message = fs::read_to_string(&file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
     assert_eq!(message.lines().count(), 1, "one line expected in the termination log: {message:?}");
     assert!(message.starts_with("drainit: code=137 "), "termination log: {message:?}");

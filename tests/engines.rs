@@ -51,8 +51,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use containers::{
-    Container, ENGINE_TIMEOUT, Engine, LOG_TIMEOUT, Scratch, assert_log_has, check_orphans_reaped, find_program, poll,
-    run, run_bounded, statics,
+    Container, ENGINE_TIMEOUT, Engine, LOG_TIMEOUT, Scratch, assert_log_has, check_deadline_stop, check_drained_stop,
+    check_orphans_reaped, find_program, poll, run, run_bounded, statics,
 };
 
 /// The systemd default, as dockerd runs under its unit: /usr/local before /usr.
@@ -728,45 +728,18 @@ fn docker_run_init_runs_drainit_as_pid_1() {
 #[test]
 fn docker_stop_lets_a_draining_worker_finish_under_the_init() {
     let d = dockerd();
-    let c = Container::start(
-        d.engine,
-        &["--init"],
-        &[("DRAINIT_ORCHESTRATOR_TIMEOUT", "5s"), ("SAMPLE_WORKER_STEP", "1")],
-        IMAGE,
-        &["/usr/local/bin/sample-worker"],
-    );
-    c.wait_for_log("sample-worker: ready", LOG_TIMEOUT);
-    let took = c.stop(5);
-    let log = c.logs();
-    assert_eq!(c.exit_code(), 0, "docker stop -t 5 took {took:?}; log:\n{log}");
-    let cleanup = c.read_file("/state/cleanup.done").unwrap_or_else(|e| panic!("{e}; log:\n{log}"));
-    assert!(cleanup.starts_with("stopped by SIGTERM"), "cleanup file: {cleanup:?}");
-    assert_log_has(&log, "event=stop_requested signal=SIGTERM grace=4s", "stop");
-    assert_log_has(&log, "event=exit code=0", "stop");
-    assert!(!log.contains("event=deadline_reached"), "the worker drained in time, yet:\n{log}");
+    let env = [("DRAINIT_ORCHESTRATOR_TIMEOUT", "5s"), ("SAMPLE_WORKER_STEP", "1")];
+    let c = Container::start(d.engine, &["--init"], &env, IMAGE, &["/usr/local/bin/sample-worker"]);
+    check_drained_stop(&c, 5, 4);
 }
 
+/// DRAINIT_ORCHESTRATOR_TIMEOUT=5s: a grace of 4s, before Docker's SIGKILL at 5s.
 #[test]
 fn docker_stop_of_a_term_ignoring_worker_ends_at_drainits_deadline() {
     let d = dockerd();
-    let c = Container::start(
-        d.engine,
-        &["--init"],
-        &[("DRAINIT_ORCHESTRATOR_TIMEOUT", "5s")],
-        IMAGE,
-        &["sh", "/workers/ignore-term.sh"],
-    );
-    c.wait_for_log("ignore-term: ready", LOG_TIMEOUT);
-    let took = c.stop(5);
-    let log = c.logs();
-    eprintln!("docker stop -t 5 of a TERM-ignoring worker took {took:?}");
-    assert_eq!(c.exit_code(), 137, "docker stop -t 5 took {took:?}; log:\n{log}");
-    assert_log_has(&log, "event=stop_requested signal=SIGTERM grace=4s", "deadline");
-    assert_log_has(&log, "event=deadline_reached", "deadline");
-    // Docker's own SIGKILL (at 5s) would leave no exit line: drainit ended
-    // the worker at its 4s deadline and exited by itself.
-    assert_log_has(&log, "event=exit code=137", "deadline");
-    assert!(took >= Duration::from_millis(3500), "grace 4s, yet stopped after {took:?}:\n{log}");
+    let env = [("DRAINIT_ORCHESTRATOR_TIMEOUT", "5s")];
+    let c = Container::start(d.engine, &["--init"], &env, IMAGE, &["sh", "/workers/ignore-term.sh"]);
+    check_deadline_stop(&c, 5, 4);
 }
 
 /// What the README says of a `docker stop -t N` that drainit was not told
@@ -872,32 +845,15 @@ fn podman_run_init_runs_drainit_as_pid_1() {
 fn podman_stop_of_a_term_ignoring_worker_ends_at_drainits_grace() {
     let p = podman();
     let c = p.start_with_init(&[("DRAINIT_GRACE", "1s")], &["sh", "/workers/ignore-term.sh"]);
-    c.wait_for_log("ignore-term: ready", LOG_TIMEOUT);
-    let took = c.stop(5);
-    let log = c.logs();
-    eprintln!("podman stop -t 5 of a TERM-ignoring worker with DRAINIT_GRACE=1s took {took:?}");
-    assert_eq!(c.exit_code(), 137, "podman stop -t 5 took {took:?}; log:\n{log}");
-    assert_log_has(&log, "event=stop_requested signal=SIGTERM grace=1s", "podman stop");
-    assert_log_has(&log, "event=deadline_reached", "podman stop");
-    // Podman's SIGKILL (at 5s) would leave no exit line.
-    assert_log_has(&log, "event=exit code=137", "podman stop");
-    assert!(took >= Duration::from_millis(800), "grace 1s, yet stopped after {took:?}:\n{log}");
+    check_deadline_stop(&c, 5, 1);
 }
 
 #[test]
 fn podman_stop_lets_a_draining_worker_finish() {
     let p = podman();
-    let c = p.start_with_init(
-        &[("DRAINIT_ORCHESTRATOR_TIMEOUT", "5s"), ("SAMPLE_WORKER_STEP", "1")],
-        &["/usr/local/bin/sample-worker"],
-    );
-    c.wait_for_log("sample-worker: ready", LOG_TIMEOUT);
-    let took = c.stop(5);
-    let log = c.logs();
-    assert_eq!(c.exit_code(), 0, "podman stop -t 5 took {took:?}; log:\n{log}");
-    assert_log_has(&log, "sample-worker: clean exit", "podman stop");
-    assert_log_has(&log, "event=exit code=0", "podman stop");
-    assert!(!log.contains("event=deadline_reached"), "the worker drained in time, yet:\n{log}");
+    let env = [("DRAINIT_ORCHESTRATOR_TIMEOUT", "5s"), ("SAMPLE_WORKER_STEP", "1")];
+    let c = p.start_with_init(&env, &["/usr/local/bin/sample-worker"]);
+    check_drained_stop(&c, 5, 4);
 }
 
 #[test]

@@ -638,6 +638,41 @@ impl Proc {
     }
 }
 
+/// Stops (`stop -t secs`) a container running the sample worker (steps of
+/// 1s) and checks that it drained: its cleanup file, drainit's exit 0, no
+/// deadline; drainit must log a grace of `grace_secs`.
+pub fn check_drained_stop(c: &Container, secs: u32, grace_secs: u64) {
+    c.wait_for_log("sample-worker: ready", LOG_TIMEOUT);
+    let took = c.stop(secs);
+    let log = c.logs();
+    let what = format!("{} stop -t {secs} took {took:?}", c.engine.name);
+    assert_eq!(c.exit_code(), 0, "{what}; log:\n{log}");
+    let cleanup = c.read_file("/state/cleanup.done").unwrap_or_else(|e| panic!("{e}; log:\n{log}"));
+    assert!(cleanup.starts_with("stopped by SIGTERM"), "cleanup file: {cleanup:?}");
+    assert_log_has(&log, &format!("event=stop_requested signal=SIGTERM grace={grace_secs}s"), &what);
+    assert_log_has(&log, "event=exit code=0", &what);
+    assert!(!log.contains("event=deadline_reached"), "{what}: the worker drained in time, yet:\n{log}");
+}
+
+/// Stops (`stop -t secs`) a container running ignore-term.sh and checks that
+/// drainit's deadline, `grace_secs` after the stop, ended it: 137,
+/// deadline_reached, and drainit's own exit line, which the engine's SIGKILL
+/// would not have left. Returns how long the stop took.
+pub fn check_deadline_stop(c: &Container, secs: u32, grace_secs: u64) -> Duration {
+    c.wait_for_log("ignore-term: ready", LOG_TIMEOUT);
+    let took = c.stop(secs);
+    let log = c.logs();
+    let what = format!("{} stop -t {secs} took {took:?}", c.engine.name);
+    eprintln!("{what} (a TERM-ignoring worker, grace {grace_secs}s)");
+    assert_eq!(c.exit_code(), 137, "{what}; log:\n{log}");
+    assert_log_has(&log, &format!("event=stop_requested signal=SIGTERM grace={grace_secs}s"), &what);
+    assert_log_has(&log, "event=deadline_reached", &what);
+    assert_log_has(&log, "event=exit code=137", &what);
+    let grace = Duration::from_secs(grace_secs);
+    assert!(took + Duration::from_millis(500) >= grace, "{what}, before the grace of {grace:?}:\n{log}");
+    took
+}
+
 /// Checks the orphans worker's 20 orphans under PID 1 `pid1_comm`, kills
 /// them from outside drainit's tree, and checks that none is left, not even
 /// as a zombie: only PID 1 can reap them.
