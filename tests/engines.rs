@@ -699,6 +699,8 @@ fn docker_info_shows_drainits_init_version() {
     ]);
     assert_eq!(component.trim(), format!("{version} {id}"), "docker version's docker-init component");
     let log = d.log();
+    // Its own containerd, not the machine's.
+    assert_log_has(&log, "libcontainerd: started new containerd process", "the private dockerd's log");
     let warnings: Vec<&str> = log
         .lines()
         .filter(|l| l.contains("docker-init") && (l.contains("failed to parse") || l.contains("failed to retrieve")))
