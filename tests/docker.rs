@@ -437,15 +437,17 @@ fn stop_delay_fails_the_health_check_before_the_worker_hears_of_it() {
     assert!(!log.contains("event=deadline_reached"), "the worker drained in time, yet:\n{log}");
     let waited = parse_duration(&event_value(&log, "stop_forwarded", "waited").expect("waited= in stop_forwarded"));
     assert!(waited >= Duration::from_millis(900), "the stop went out after {waited:?}, not ~1s:\n{log}");
-    // Docker runs health checks while a container stops: the probe saw the
-    // drain file. (The status stays as the last probe left it once the
-    // container has exited.)
+    // Docker runs health checks while a container stops: a probe saw the
+    // drain file. Docker probes only a running container and leaves the
+    // status as the last probe set it, so `unhealthy` after the exit says the
+    // same as `unhealthy` seen while it drained (which the loop above may miss
+    // on a slow machine).
     let status = c.inspect("{{.State.Health.Status}} {{.State.Health.FailingStreak}}");
+    eprintln!("health after the stop: {status}; unhealthy seen while draining: {unhealthy_while_running}");
     assert!(
         unhealthy_while_running || status.starts_with("unhealthy"),
         "the health check never failed during the stop ({status}); log:\n{log}"
     );
-    assert!(unhealthy_while_running, "unhealthy only after the exit ({status}), not while draining; log:\n{log}");
 }
 
 // ---------------------------------------------------------------------------
