@@ -65,16 +65,38 @@ per_mode! {
 fn gives_up_when_the_budget_is_spent() {
     let dir = Scratch::new("exhaust");
     let rec = scripted(&dir, &[75]);
+    let budget = secs(2);
     let options = ["--backoff-delay", "200ms", "--backoff-max-delay", "400ms", "--backoff-timeout", "2s"];
     let mut run = drainit(Mode::Subreaper, rec.worker_with(&options)).spawn();
     let ended = run.wait(secs(20));
-    assert_eq!(ended.code, Some(75), "{}", run.log());
-    // Sleeps of 100-400ms go on while they end inside 2s of the first exit.
-    assert!(ended.after >= ms(1500) && ended.after < ms(4000), "gave up after {:?}", ended.after);
+    let log = run.log();
+    assert_eq!(ended.code, Some(75), "{log}");
+    let starts = starts(&rec);
     let exhausted = run.event("backoff_exhausted").expect("backoff_exhausted");
-    assert_eq!(exhausted.num("attempts") as usize, starts(&rec).len(), "{}", run.log());
-    assert!(exhausted.duration("elapsed") <= secs(2), "{exhausted:?}");
-    check_log_end(&run.log(), 75).unwrap();
+    assert_eq!(exhausted.num("attempts") as usize, starts.len(), "{log}");
+    // The budget is used to its end: the sleep that would end past it is
+    // cut to end with it, the worker tries once more then, and that
+    // attempt's backoff exit is final.
+    let elapsed = exhausted.duration("elapsed");
+    assert!(elapsed >= budget && elapsed < budget + SECOND, "{exhausted:?}");
+    let last_start = Duration::from_nanos((starts[starts.len() - 1] - starts[0]) as u64);
+    assert!(last_start >= budget && last_start < budget + SECOND, "the last attempt began {last_start:?} in");
+    let slept = delays(&run);
+    assert_eq!(slept.len(), starts.len() - 1, "{log}");
+    assert!(slept[..slept.len() - 1].iter().all(|d| *d >= ms(100) && *d <= ms(400)), "{slept:?}");
+    assert!(*slept.last().unwrap() <= ms(400), "the last sleep is cut, never longer: {slept:?}");
+    check_log_end(&log, 75).unwrap();
+}
+
+#[test]
+fn a_base_delay_above_the_max_delay_is_capped() {
+    let dir = Scratch::new("capped");
+    let rec = scripted(&dir, &[75, 0]);
+    let options = ["--backoff-delay", "1m", "--backoff-max-delay", "300ms"];
+    let mut run = drainit(Mode::Subreaper, rec.worker_with(&options)).spawn();
+    assert_eq!(run.wait(secs(10)).code, Some(0), "{}", run.log());
+    let slept = delays(&run);
+    assert!(slept.len() == 1 && slept[0] >= ms(150) && slept[0] <= ms(300), "drawn from [150ms, 300ms]: {slept:?}");
 }
 
 per_mode! {
