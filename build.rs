@@ -3,8 +3,8 @@
 //!
 //! std needs the unwinder only to print a panic's backtrace (release builds
 //! abort on panic), yet links it as the shared libgcc_s: one more library for
-//! the dynamic loader to find, map and relocate at every start, about a tenth
-//! of drainit's start-up overhead in bench/run. With libgcc_eh.a (the same
+//! the dynamic loader to find, map and relocate at every start (bench/run
+//! measures it in drainit's start-up overhead). With libgcc_eh.a (the same
 //! code, static, shipped with gcc) named first, libgcc_s is left unused and
 //! `--as-needed` drops it. Static builds (musl, glibc with crt-static) link
 //! the unwinder statically already; without gcc's archive (a clang-only

@@ -16,8 +16,8 @@ use nix::unistd::Pid;
 
 /// drainit's entry point, called by libc's start-up code. Starting here
 /// rather than in std's `main` skips std's runtime start-up: that asks libc
-/// for the main thread's stack bounds (glibc parses /proc/self/maps: a sixth
-/// of drainit's start-up instructions) for stack overflow reports, and
+/// for the main thread's stack bounds (glibc parses /proc/self/maps for
+/// them, a large part of drainit's start-up) for stack overflow reports, and
 /// installs SIGSEGV/SIGBUS/SIGPIPE dispositions that drainit resets anyway.
 /// The arguments come from here, not from std: std finds them by itself on
 /// glibc, but on musl only when it owns `main`.
@@ -42,9 +42,9 @@ extern "C" fn main(argc: libc::c_int, argv: *const *const libc::c_char) -> libc:
 /// per start. They are bumped from an arena in .bss instead (no syscall; no
 /// file size, .bss is zero pages until touched); what it cannot hold goes to
 /// the system allocator. Memory freed in the arena is not reused, so its
-/// cost is bounded by ARENA: start-up takes about 50 KiB of it, mostly
-/// still in use afterwards, and the few allocations of the loop (error
-/// texts, signal names in log lines) the rest, until it is full.
+/// cost is bounded by ARENA, sized to hold what start-up allocates (most of
+/// it still in use afterwards); the loop's few allocations (error texts,
+/// signal names in log lines) take the rest until it is full.
 pub struct Startup;
 
 const ARENA: usize = 64 * 1024;
