@@ -1,25 +1,34 @@
 //! The test kit: run the built drainit, drive it, and read what happened.
 //! Every integration test file starts with `mod kit; use kit::*;`.
 //!
-//! - [`drainit`] / [`launch`] build a run: drainit (or any program) as PID 1
-//!   of a new PID + mount namespace with its own /proc ([`Mode::Pid1`]), or
-//!   as a plain child of the test ([`Mode::Subreaper`]), optionally inside a
-//!   private PID namespace of its own ([`Builder::private_pid_namespace`]).
-//!   Each of stdin, stdout and stderr is captured, /dev/null, closed, or an
-//!   fd the test opened ([`Io`]: a pipe nobody reads, a pty, a socket, a file).
-//! - [`Running`] is the running process: its pid, signals, the captured log
-//!   and stdout, bounded waits, and a watchdog that SIGKILLs it (and what it
-//!   started) past a limit, so that a test that hangs or forgets cannot leave
-//!   drainit running. Dropping it before it exited kills it too.
-//! - [`wait_until`] is the one bounded wait; its result must be asserted.
+//! - [`drainit`] / [`launch`] build a run ([`Builder`]): drainit (or any
+//!   program) as PID 1 of a new PID + mount namespace with its own /proc
+//!   ([`Mode::Pid1`]), or as a plain child of the test ([`Mode::Subreaper`]),
+//!   optionally in a private PID namespace of its own whose pids the test
+//!   hands out ([`Builder::private_pid_namespace`],
+//!   [`Running::spawn_with_pid`]). Each of stdin, stdout and stderr is
+//!   captured (stdout, stderr), /dev/null, closed, or an fd the test opened
+//!   ([`Io`]: a [`pipe`] nobody reads, a [`pty`], a socket, a file):
+//!   `.stderr(write_end)`. [`Builder::before_exec`] runs in the process that
+//!   execs (PID 1 in a namespace).
+//! - [`Running`] is the started run: `pid` (as the test sees it), `signal`
+//!   (through a pidfd), `log` / `stdout` / `events` / `event` /
+//!   `count_events`, `wait_log` / `wait_event`, `wait(limit)` for the end
+//!   ([`Ended`]), `ns_proc` for /proc as the run's namespace sees it. A
+//!   watchdog (60s, `Builder::watchdog`) SIGKILLs it and what it started
+//!   past its limit; so does dropping it unfinished. Once it ended, its
+//!   captured pipes are read to their end before `wait` returns.
+//! - [`wait_until`] / [`wait_for`] are the bounded waits; assert the result.
 //! - [`Recorder`] is the worker that records every signal it is sent
-//!   (`sigrec.c`): as the worker, a child or grandchild, in its own session,
-//!   ignoring or dying of SIGTERM, exiting by itself, per attempt.
-//! - [`Event`] parses drainit's logfmt lines; [`Procfs`] reads /proc (the
-//!   host's, or a namespace's as its PID 1 sees it); [`c_helper`] compiles
-//!   the other C workers; [`pty`] opens terminals.
+//!   (`sigrec.c`): the worker itself, a child or grandchild ([`Recorder::child`]),
+//!   in its own session, an orphan, exiting on, ignoring, recording or dying
+//!   of SIGTERM ([`Term`]), exiting by itself, per attempt; it notes its pid,
+//!   readiness, the signals seen with counts, and how it ended ([`End`]).
+//! - [`Event`] parses drainit's logfmt lines ([`check_log_end`],
+//!   [`one_clear_line`]); [`Procfs`] reads /proc ([`HOST`], or a namespace's);
+//!   [`c_helper`] compiles the other C workers (bomb.c, orphans.c).
 //! - [`per_mode!`] makes one `#[test]` per mode from one body, [`cases!`] one
-//!   per row of a table.
+//!   per row of a table (`per_mode!` takes rows too).
 //!
 //! A typical test:
 //!
@@ -39,6 +48,16 @@
 //!         assert_eq!(ended.code, Some(137), "{}", run.log());
 //!         assert_eq!(run.count_events("deadline_reached"), 1);
 //!     }
+//! }
+//!
+//! cases! {
+//!     fn stderr_nobody_reads(code: i32) {
+//!         let (_unread, write_end) = pipe();
+//!         let mut run = drainit(Mode::Subreaper, sh(&format!("exit {code}"))).stderr(write_end).spawn();
+//!         assert_eq!(run.wait(secs(10)).code, Some(code));
+//!     }
+//!     case exit_0(0);
+//!     case exit_3(3);
 //! }
 //! ```
 #![allow(dead_code, unused_imports, unused_macros)]
