@@ -7,11 +7,10 @@
 //! - a reachable Docker engine (`docker version` must reach the server);
 //! - a static busybox at /bin/busybox (Debian: `apt-get install -y busybox-static`),
 //!   or the path in `BUSYBOX_STATIC_BIN`, for the shell workers;
-//! - the static drainit. The tests build it themselves as the README documents
-//!   (a no-op when up to date): `cargo build --release --target
-//!   x86_64-unknown-linux-musl` when that target is installed, else
-//!   `RUSTFLAGS='-C target-feature=+crt-static' cargo build --release --target
-//!   x86_64-unknown-linux-gnu`; or `DRAINIT_STATIC_BIN` names a prebuilt one.
+//! - the static drainit. The tests build it themselves with `scripts/prepare
+//!   static`, as CI does (a no-op when up to date): the musl build when rustup
+//!   has that target, else glibc +crt-static; or `DRAINIT_STATIC_BIN` names a
+//!   prebuilt one.
 //!
 //! No image is pulled: each image is built FROM scratch out of a temporary
 //! context. Images and containers are named `drainit-test-<pid>-<n>` and removed

@@ -20,8 +20,6 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 pub const MANIFEST_DIR: &str = env!("CARGO_MANIFEST_DIR");
-const MUSL: &str = "x86_64-unknown-linux-musl";
-const GNU: &str = "x86_64-unknown-linux-gnu";
 /// Bound on one ordinary engine command (run, stop, build or import of a tiny image).
 pub const ENGINE_TIMEOUT: Duration = Duration::from_secs(60);
 /// Bound on waiting for a line in a container's log.
@@ -239,51 +237,19 @@ fn static_drainit() -> Result<PathBuf, String> {
     Ok(path)
 }
 
-/// The static build's target and RUSTFLAGS: musl (static by itself; its
-/// flags come from .cargo/config.toml) when rustup installed its std, else
-/// glibc with +crt-static.
-fn static_build() -> (&'static str, Option<&'static str>) {
-    let rustc = std::env::var_os("RUSTC").unwrap_or_else(|| "rustc".into());
-    let sysroot = Command::new(rustc).args(["--print", "sysroot"]).output().ok();
-    let musl_std =
-        sysroot.map(|o| PathBuf::from(String::from_utf8_lossy(&o.stdout).trim()).join("lib/rustlib").join(MUSL));
-    if musl_std.is_some_and(|dir| dir.is_dir()) { (MUSL, None) } else { (GNU, Some("-C target-feature=+crt-static")) }
-}
-
+/// The static build, as CI and the benchmark make it: `scripts/prepare
+/// static` (musl when rustup has that target, else glibc +crt-static; a
+/// no-op when up to date) prints the binary's path.
 fn build_static_drainit() -> Result<PathBuf, String> {
-    let (target, rustflags) = static_build();
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let mut cmd = Command::new(cargo);
-    cmd.args(["build", "--release", "--target", target])
-        .arg("--message-format=json-render-diagnostics")
-        .env_remove("RUSTFLAGS")
-        .env_remove("CARGO_ENCODED_RUSTFLAGS")
-        .current_dir(MANIFEST_DIR);
-    if let Some(flags) = rustflags {
-        cmd.env("RUSTFLAGS", flags);
-    }
+    let mut cmd = Command::new(Path::new(MANIFEST_DIR).join("scripts/prepare"));
+    cmd.arg("static").current_dir(MANIFEST_DIR);
     let out = run_bounded(cmd, Duration::from_secs(900))?;
     if !out.status.success() {
-        return Err(format!(
-            "the static build `RUSTFLAGS='{}' cargo build --release --target {target}` failed ({}):\n{}",
-            rustflags.unwrap_or_default(),
-            out.status,
-            out.stderr
-        ));
+        return Err(format!("the static build `scripts/prepare static` failed ({}):\n{}", out.status, out.stderr));
     }
-    // The artifact message names the binary, wherever the target dir is.
-    let from_json = out
-        .stdout
-        .lines()
-        .filter(|l| l.contains(r#""reason":"compiler-artifact""#) && l.contains(r#""name":"drainit""#))
-        .find_map(|l| {
-            let start = l.find(r#""executable":""#)? + r#""executable":""#.len();
-            let len = l[start..].find('"')?;
-            Some(PathBuf::from(&l[start..start + len]))
-        });
-    let path = from_json.unwrap_or_else(|| Path::new(MANIFEST_DIR).join("target").join(target).join("release/drainit"));
+    let path = PathBuf::from(out.stdout.trim());
     if !path.is_file() {
-        return Err(format!("the static build succeeded but {} is missing", path.display()));
+        return Err(format!("`scripts/prepare static` printed {:?}, which is no file:\n{}", out.stdout, out.stderr));
     }
     Ok(path)
 }
