@@ -34,7 +34,8 @@ fn main() {
 /// git checkout (a build from a tarball or a Docker context without .git
 /// has none). Rebuilt when HEAD moves.
 fn git_commit() {
-    for path in [".git/HEAD", ".git/packed-refs"] {
+    // A path that does not exist would make cargo rebuild every time.
+    for path in [".git/HEAD", ".git/packed-refs"].into_iter().filter(|p| Path::new(p).exists()) {
         println!("cargo::rerun-if-changed={path}");
     }
     if let Ok(head) = std::fs::read_to_string(".git/HEAD")
