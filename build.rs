@@ -40,6 +40,7 @@ fn git_commit() {
     }
     if let Ok(head) = std::fs::read_to_string(".git/HEAD")
         && let Some(reference) = head.trim().strip_prefix("ref: ")
+        && Path::new(".git").join(reference).exists()
     {
         println!("cargo::rerun-if-changed=.git/{reference}");
     }
