@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use nix::errno::Errno;
 use nix::fcntl::{AT_FDCWD, OFlag, openat};
-use nix::sys::stat::{Mode, SFlag, fstat};
+use nix::sys::stat::{Mode, SFlag, fstat, lstat};
 use nix::unistd::{unlink, write};
 
 use crate::events::Event;
@@ -55,6 +55,12 @@ impl DrainFile {
 /// the path is opened non-blocking and then refused.
 pub fn write_termination_log(path: &Path, line: &str) {
     const WHAT: &str = "termination_log";
+    // Outside Kubernetes the path is usually missing: say nothing then, and
+    // need no fd to find that out (under a tight RLIMIT_NOFILE, an open
+    // would fail with EMFILE first).
+    if lstat(path).is_err_and(|e| e == Errno::ENOENT) {
+        return;
+    }
     let flags = OFlag::O_WRONLY | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC | OFlag::O_NOCTTY;
     let fd = match openat(AT_FDCWD, path, flags, Mode::empty()) {
         Ok(fd) => fd,

@@ -42,6 +42,8 @@ const LIMIT: usize = 64 * 1024;
 enum Path {
     /// A description of its own, non-blocking, kept open for drainit's life.
     Own(RawFd),
+    /// A pipe, FIFO or terminal, to reopen (`reopen`); plain writes till then.
+    Reopen,
     Socket,
     /// Plain writes to fd 2: its writes never wait for a reader.
     Direct,
@@ -77,23 +79,34 @@ fn classify() -> Path {
     if kind == SFlag::S_IFSOCK {
         return Path::Socket;
     }
-    if kind != SFlag::S_IFIFO && !(kind == SFlag::S_IFCHR && isatty(sys::kept_fd(STDERR)).unwrap_or(false)) {
-        return Path::Direct;
+    if kind == SFlag::S_IFIFO || kind == SFlag::S_IFCHR && isatty(sys::kept_fd(STDERR)).unwrap_or(false) {
+        return Path::Reopen;
     }
-    // Without /proc, or when a pipe's reader is already gone (ENXIO): the
-    // plain writes, which block only behind a reader that stalls.
+    Path::Direct
+}
+
+/// Open drainit's own description of a pipe, FIFO or terminal on stderr:
+/// after the signalfd, which needs an fd more, so that a tight
+/// RLIMIT_NOFILE costs the non-blocking log and not drainit. Without a free
+/// fd, without /proc, or when a pipe's reader is already gone (ENXIO): the
+/// plain writes, which block only behind a reader that stalls.
+pub fn reopen() {
+    let mut sink = sink();
+    if !matches!(sink.path, Path::Reopen) {
+        return;
+    }
     let flags = OFlag::O_WRONLY | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC | OFlag::O_NOCTTY;
-    match openat(AT_FDCWD, "/proc/self/fd/2", flags, Mode::empty()) {
+    sink.path = match openat(AT_FDCWD, "/proc/self/fd/2", flags, Mode::empty()) {
         Ok(fd) => Path::Own(fd.into_raw_fd()),
         Err(_) => Path::Direct,
-    }
+    };
 }
 
 impl Sink {
     fn fd(&self) -> Option<BorrowedFd<'static>> {
         match self.path {
             Path::Own(fd) => Some(sys::kept_fd(fd)),
-            Path::Socket | Path::Direct => Some(sys::kept_fd(STDERR)),
+            Path::Socket | Path::Direct | Path::Reopen => Some(sys::kept_fd(STDERR)),
             Path::Closed => None,
         }
     }
@@ -106,7 +119,7 @@ impl Sink {
         match self.path {
             Path::Own(fd) => write(sys::kept_fd(fd), buf),
             Path::Socket => sys::send_nonblocking(sys::kept_fd(STDERR), buf),
-            Path::Direct => write(sys::kept_fd(STDERR), buf),
+            Path::Direct | Path::Reopen => write(sys::kept_fd(STDERR), buf),
             Path::Closed => Ok(buf.len()),
         }
     }

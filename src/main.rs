@@ -56,6 +56,7 @@ fn run(args: Vec<OsString>) -> ! {
         Ok(signals) => signals,
         Err(e) => fail(Code::FAILED, format_args!("error: cannot set up signals: {}", e.desc())),
     };
+    logging::reopen();
     let config = match config::parse(args) {
         Ok(config) => config,
         Err(config::Stop::Info(text)) => {

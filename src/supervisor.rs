@@ -953,7 +953,7 @@ mod tests {
     #[test]
     fn the_finish_programs_bound() {
         // No stop: the finish timeout (3s) from its start.
-        let mut st = finishing();
+        let st = finishing();
         assert_eq!(st.deadline(), Some(ms(3000)));
         // A stop under way: its grace deadline.
         let mut st = running(with_finish());

@@ -170,25 +170,18 @@ fn with_nofile(limit: u64) -> Running {
         .spawn()
 }
 
-/// drainit needs two fds beyond stdio: its own non-blocking one for the log,
-/// and its signalfd. With 5 the worker runs.
+/// drainit needs one fd beyond stdio, its signalfd: with 4 the worker runs
+/// (without a fd for drainit's own non-blocking description of stderr, its
+/// lines are written as before; at exit no warning about the termination log
+/// it cannot open).
 #[test]
-fn rlimit_nofile_5_is_enough() {
-    let mut run = with_nofile(5);
-    let ended = run.wait(secs(10));
-    let log = run.log();
-    assert_eq!(ended.code, Some(0), "RLIMIT_NOFILE 5: {log}");
-    assert_eq!(run.count_events("child_started"), 1, "{log}");
-}
-
-/// With one fd fewer, drainit cannot set up: 125 and one line.
-#[test]
-fn rlimit_nofile_4_is_125_with_one_line() {
+fn rlimit_nofile_4_is_enough() {
     let mut run = with_nofile(4);
     let ended = run.wait(secs(10));
     let log = run.log();
-    assert_eq!(ended.code, Some(125), "RLIMIT_NOFILE 4: {log}");
-    one_clear_line(&log, "Too many open files").unwrap();
+    assert_eq!(ended.code, Some(0), "RLIMIT_NOFILE 4: {log}");
+    assert_eq!(run.count_events("child_started"), 1, "{log}");
+    assert_eq!(run.count_events("file_skipped"), 0, "{log}");
 }
 
 /// Whether `path` is an ELF file without a program interpreter (static).

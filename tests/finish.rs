@@ -217,7 +217,11 @@ impl MemoryCgroup {
 
 impl Drop for MemoryCgroup {
     fn drop(&mut self) {
-        let _ = wait_until(secs(5), || std::fs::remove_dir(&self.0).is_ok());
+        // Its processes may still be on their way out; a cgroup left behind
+        // is not worth a panic while a test unwinds.
+        if !wait_until(secs(5), || std::fs::remove_dir(&self.0).is_ok()) {
+            eprintln!("could not remove {}", self.0.display());
+        }
     }
 }
 
