@@ -346,14 +346,25 @@ impl Executor {
         }
         match (everyone.descendants, self.proc_self) {
             (Walk::Count, Some(_)) => procs::others(),
-            (Walk::Each, Some(me)) => {
-                let mut found = 0;
-                procs::walk(me, |pid| {
-                    found += 1;
-                    let _ = sys::kill(Pid::from_raw(pid), sig);
-                });
-                found
-            }
+            (Walk::Each, Some(me)) => sys::first_in_line(|| {
+                // A SIGKILL goes out until a walk finds no one new: a process
+                // forks until the kill lands, and the child of one that died
+                // before its children were read went to drainit, whose own
+                // children the walk read first.
+                let mut reached = std::collections::HashSet::new();
+                loop {
+                    let mut new = false;
+                    procs::walk(me, |pid| {
+                        if reached.insert(pid) {
+                            new = true;
+                            let _ = sys::kill(Pid::from_raw(pid), sig);
+                        }
+                    });
+                    if !new || sig != SIGKILL {
+                        break reached.len();
+                    }
+                }
+            }),
             _ => 0,
         }
     }
