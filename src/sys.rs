@@ -322,13 +322,14 @@ pub fn first_in_line<T>(f: impl FnOnce() -> T) -> T {
     let fifo = libc::sched_param { sched_priority: 1 };
     // SAFETY: sched_getscheduler takes a pid (0: the caller) and reads nothing.
     let before = unsafe { libc::sched_getscheduler(0) };
+    let normal = before >= 0 && before != libc::SCHED_FIFO && before != libc::SCHED_RR;
     // SAFETY: a valid sched_param for the call, pid 0 (the caller).
-    let boosted = before >= 0 && unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &fifo) } == 0;
+    let boosted = normal && unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &fifo) } == 0;
     let out = f();
     if boosted {
         let normal = libc::sched_param { sched_priority: 0 };
-        // SAFETY: as above; `before` is the policy the kernel just reported,
-        // whose static priority is 0 (drainit never runs real-time otherwise).
+        // SAFETY: as above; `before` is the non-real-time policy the kernel
+        // just reported, whose static priority is always 0.
         unsafe { libc::sched_setscheduler(0, before, &normal) };
     }
     out
