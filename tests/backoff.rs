@@ -99,6 +99,47 @@ fn a_base_delay_above_the_max_delay_is_capped() {
     assert!(slept.len() == 1 && slept[0] >= ms(150) && slept[0] <= ms(300), "drawn from [150ms, 300ms]: {slept:?}");
 }
 
+/// The budget's last stretch, as the issue measures it: a worker that always
+/// exits 75, a 1s budget, 800ms delays: the last attempt starts 1s after the
+/// first backoff exit (not up to a whole delay early), then its 75 is final.
+#[test]
+fn the_last_attempt_starts_when_the_budget_ends() {
+    let dir = Scratch::new("budget-end");
+    let rec = scripted(&dir, &[75]);
+    let options = ["--backoff-delay", "800ms", "--backoff-max-delay", "800ms", "--backoff-timeout", "1s"];
+    let mut run = drainit(Mode::Subreaper, rec.worker_with(&options)).spawn();
+    assert_eq!(run.wait(secs(20)).code, Some(75), "{}", run.log());
+    let starts = starts(&rec);
+    let (_, first_exit) = rec.attempt(1).end().expect("attempt 1 noted its exit");
+    let last = Duration::from_nanos((starts[starts.len() - 1] - first_exit) as u64);
+    assert!(last >= ms(950) && last < ms(1300), "the last attempt started {last:?} after the first backoff exit");
+    assert_eq!(run.count_events("backoff_exhausted"), 1, "{}", run.log());
+    check_log_end(&run.log(), 75).unwrap();
+}
+
+cases! {
+    /// `--backoff-max-delay 200ms` alone (the default base is 1s) or with a
+    /// 3s base, by flag or variable: the one sleep is at most 200ms.
+    fn the_cap_caps_the_first_sleep(options: &[&str], env: &[(&str, &str)]) {
+        let dir = Scratch::new("cap");
+        let rec = scripted(&dir, &[75, 0]);
+        let mut b = drainit(Mode::Subreaper, rec.worker_with(options));
+        for (k, v) in env {
+            b = b.env(k, v);
+        }
+        let mut run = b.spawn();
+        assert_eq!(run.wait(secs(10)).code, Some(0), "{}", run.log());
+        let slept = delays(&run);
+        assert!(slept.len() == 1 && slept[0] >= ms(100) && slept[0] <= ms(200), "{slept:?}");
+        let starts = starts(&rec);
+        assert!(gap(&starts, 0) < ms(200) + SECOND, "the restart took {:?}", gap(&starts, 0));
+    }
+    case flag_alone(&["--backoff-max-delay", "200ms"], &[]);
+    case flag_with_a_3s_base(&["--backoff-delay", "3s", "--backoff-max-delay", "200ms"], &[]);
+    case variable_alone(&[], &[("DRAINIT_BACKOFF_MAX_DELAY", "200ms")]);
+    case variables_with_a_3s_base(&[], &[("DRAINIT_BACKOFF_DELAY", "3s"), ("DRAINIT_BACKOFF_MAX_DELAY", "200ms")]);
+}
+
 per_mode! {
     fn sigterm_during_the_sleep_exits_143_at_once(mode) {
         let dir = Scratch::new("sleep-stop");

@@ -249,3 +249,80 @@ fn a_link_to_dev_zero_is_not_read_forever() {
     check_log_end(&log, 0).unwrap();
     assert!(peak < 64 << 10, "drainit read /dev/zero into memory: VmHWM {peak} KiB");
 }
+
+/// The worker notes, in `dir`/note, where DRAINIT_RETRY_AFTER_FILE points,
+/// that directory's mode and owner, and whether the variable is set at all.
+fn note_the_file(dir: &std::path::Path) -> String {
+    format!(
+        "if [ -n \"${{DRAINIT_RETRY_AFTER_FILE+set}}\" ]; then \
+           d=$(dirname \"$DRAINIT_RETRY_AFTER_FILE\"); echo \"$DRAINIT_RETRY_AFTER_FILE $(stat -c '%a %u' \"$d\")\" > {note}; \
+         else echo unset > {note}; fi",
+        note = path_str(&dir.join("note"))
+    )
+}
+
+per_mode! {
+    /// Unless the user names it, the file lies in a directory drainit made
+    /// for itself under $TMPDIR: mode 0700, owned by drainit's user, a new
+    /// name each run, removed when drainit exits.
+    fn the_default_file_lives_in_a_private_directory(mode) {
+        let dir = Scratch::new("ra-private");
+        let mut seen = Vec::new();
+        for _ in 0..2 {
+            let mut run = drainit(mode, sh(&note_the_file(&dir.0))).env("TMPDIR", &dir.0).spawn();
+            assert_eq!(run.wait(secs(10)).code, Some(0), "{}", run.log());
+            let note = dir.read("note");
+            let mut fields = note.split_whitespace();
+            let (file, mode_bits, owner) = (fields.next().unwrap(), fields.next().unwrap(), fields.next().unwrap());
+            let parent = std::path::Path::new(file).parent().unwrap().to_path_buf();
+            assert_eq!(parent.parent(), Some(dir.0.as_path()), "{file} is not in a directory under $TMPDIR");
+            assert_eq!((mode_bits, owner), ("700", "0"), "{file}");
+            assert!(!parent.exists(), "{} outlived drainit", parent.display());
+            seen.push(parent);
+        }
+        assert_ne!(seen[0], seen[1], "the same directory name twice");
+    }
+}
+
+/// Where the file once was, `$TMPDIR/drainit-PID.retry-after` (PID 1 in a
+/// container), a link planted by another user is never followed: drainit
+/// does not use that name at all.
+#[test]
+fn a_link_at_the_old_predictable_name_is_never_followed() {
+    let dir = Scratch::new("ra-planted");
+    let target = dir.path("victim");
+    std::fs::write(&target, "").unwrap();
+    std::os::unix::fs::symlink(&target, dir.path("drainit-1.retry-after")).unwrap();
+    let script = "if [ \"$DRAINIT_ATTEMPT\" = 1 ]; then echo 10ms > \"$DRAINIT_RETRY_AFTER_FILE\"; exit 75; fi; exit 0";
+    let mut run = drainit(Mode::Pid1, sh(script)).env("TMPDIR", &dir.0).spawn();
+    assert_eq!(run.wait(secs(10)).code, Some(0), "{}", run.log());
+    assert_eq!(std::fs::read_to_string(&target).unwrap(), "", "written through the planted link");
+    assert_eq!(delays(&run), [ms(10)], "{}", run.log());
+}
+
+per_mode! {
+    /// With $TMPDIR, /tmp and /dev/shm all read-only: one warning, no
+    /// variable for the worker, and backoff with the normal delays.
+    fn without_a_writable_place_one_warning_and_no_file(mode) {
+        // The note goes where the read-only mounts do not reach.
+        let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("ra-nowhere-{mode:?}"));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let script = format!("{}; if [ \"$DRAINIT_ATTEMPT\" = 1 ]; then exit 75; fi; exit 0", note_the_file(&dir));
+        let options = ["--backoff-delay", "100ms", "--backoff-max-delay", "200ms"];
+        let mut run = drainit(mode, with_sh(&options, &script))
+            .env_remove("TMPDIR")
+            .before_exec(read_only(std::path::Path::new("/tmp")))
+            .before_exec(read_only(std::path::Path::new("/dev/shm")))
+            .spawn();
+        let ended = run.wait(secs(10));
+        let log = run.log();
+        assert_eq!(ended.code, Some(0), "{log}");
+        assert_eq!(run.count_events("retry_after_unavailable"), 1, "{log}");
+        assert_eq!(run.count_events("child_started"), 2, "{log}");
+        assert_eq!(std::fs::read_to_string(dir.join("note")).unwrap().trim(), "unset");
+        let _ = std::fs::remove_dir_all(&dir);
+        let slept = delays(&run);
+        assert!(slept.len() == 1 && slept[0] >= ms(50) && slept[0] <= ms(100), "{slept:?}");
+    }
+}
