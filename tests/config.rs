@@ -25,13 +25,7 @@ fn attempt(args: &[&str], env: &[(&str, &str)]) -> (Option<i32>, String, bool) {
 
 cases! {
     fn bad_value_exits_2_with_one_line_and_no_worker(args: &[&str], env: &[(&str, &str)], needle: &str) {
-        let (code, stderr, ran) = attempt(args, env);
-        assert_eq!(code, Some(2), "{args:?} {env:?}: {stderr}");
-        assert!(!ran, "{args:?} {env:?}: the worker ran");
-        assert_eq!(stderr.lines().count(), 1, "{args:?} {env:?}: one line, got:\n{stderr}");
-        assert!(stderr.starts_with("drainit: error: "), "{stderr}");
-        assert!(stderr.contains(needle), "{args:?} {env:?}: {stderr:?} should name {needle:?}");
-        assert!(!stderr.contains("panicked"), "{stderr}");
+        assert_refused(args, env, needle);
     }
     case grace_not_a_duration(&["--grace", "abc"], &[], "--grace 'abc'");
     case grace_negative_joined(&["--grace=-1s"], &[], "--grace '-1s'");

@@ -40,18 +40,7 @@ per_mode! {
 cases! {
     /// Refused with one line, exit 2, no worker.
     fn refused(args: &[&str], env: &[(&str, &str)], needle: &str) {
-        let dir = Scratch::new("remap-refused");
-        let marker = dir.path("ran");
-        let mut all: Vec<String> = args.iter().map(|s| s.to_string()).collect();
-        all.extend(["--".into(), "touch".into(), path_str(&marker)]);
-        let mut b = drainit(Mode::Subreaper, all);
-        for (k, v) in env {
-            b = b.env(k, v);
-        }
-        let mut run = b.spawn();
-        assert_eq!(run.wait(secs(10)).code, Some(2), "{}", run.log());
-        assert!(!marker.exists(), "the worker ran");
-        one_clear_line(&run.log(), needle).unwrap();
+        assert_refused(args, env, needle);
     }
     case no_colon(&["--remap-exit", "143"], &[], "'143' is not FROM:TO");
     case letters(&["--remap-exit", "a:b"], &[], "'a' is not an exit code");

@@ -170,18 +170,7 @@ fn an_impossible_drain_file_is_one_warning() {
 cases! {
     /// Bad stop delays: one line, exit 2, no worker.
     fn refused(args: &[&str], env: &[(&str, &str)], needle: &str) {
-        let dir = Scratch::new("delay-refused");
-        let marker = dir.path("ran");
-        let mut all: Vec<String> = args.iter().map(|s| s.to_string()).collect();
-        all.extend(["--".into(), "touch".into(), path_str(&marker)]);
-        let mut b = drainit(Mode::Subreaper, all);
-        for (k, v) in env {
-            b = b.env(k, v);
-        }
-        let mut run = b.spawn();
-        assert_eq!(run.wait(secs(10)).code, Some(2), "{}", run.log());
-        assert!(!marker.exists(), "the worker ran");
-        one_clear_line(&run.log(), needle).unwrap();
+        assert_refused(args, env, needle);
     }
     case delay_equal_to_the_default_grace(&["--stop-delay", "9s"], &[], "--stop-delay '9s': must be shorter than the grace 9s");
     case delay_longer_than_the_grace(&["--stop-delay", "3s", "--grace", "2s"], &[], "shorter than the grace 2s");

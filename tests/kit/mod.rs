@@ -70,6 +70,7 @@ mod pidfd;
 mod procfs;
 pub mod pty;
 mod recorder;
+mod refusal;
 mod running;
 
 pub(crate) use cases::{cases, per_mode};
@@ -79,6 +80,7 @@ pub use launch::{Builder, Io, drainit, launch, pipe};
 pub use pidfd::Pidfd;
 pub use procfs::{HOST, Procfs, Stat, alive, alive_as, exists};
 pub use recorder::{End, Recorder, Term};
+pub use refusal::assert_refused;
 pub use running::{Ended, Running};
 
 use std::path::{Path, PathBuf};
