@@ -319,7 +319,14 @@ pub fn send_nonblocking(fd: BorrowedFd<'_>, buf: &[u8]) -> nix::Result<usize> {
 /// in the meantime. Without the privilege (CAP_SYS_NICE, which Docker drops)
 /// `f` just runs as it is.
 pub fn first_in_line<T>(f: impl FnOnce() -> T) -> T {
-    let fifo = libc::sched_param { sched_priority: 1 };
+    let param = |priority| {
+        // SAFETY: sched_param is plain integers (musl's has more fields than
+        // glibc's): all zero is a valid value.
+        let mut p: libc::sched_param = unsafe { std::mem::zeroed() };
+        p.sched_priority = priority;
+        p
+    };
+    let fifo = param(1);
     // SAFETY: sched_getscheduler takes a pid (0: the caller) and reads nothing.
     let before = unsafe { libc::sched_getscheduler(0) };
     let normal = before >= 0 && before != libc::SCHED_FIFO && before != libc::SCHED_RR;
@@ -327,7 +334,7 @@ pub fn first_in_line<T>(f: impl FnOnce() -> T) -> T {
     let boosted = normal && unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &fifo) } == 0;
     let out = f();
     if boosted {
-        let normal = libc::sched_param { sched_priority: 0 };
+        let normal = param(0);
         // SAFETY: as above; `before` is the non-real-time policy the kernel
         // just reported, whose static priority is always 0.
         unsafe { libc::sched_setscheduler(0, before, &normal) };
