@@ -131,6 +131,7 @@ fn programs(config: &Config) -> Result<(Program, Option<Program>), String> {
 #[derive(Default)]
 struct Turns {
     inputs: Vec<Input>,
+    /// Answers to actions, fed before the next gathered input.
     queue: VecDeque<Input>,
     actions: Vec<Action>,
     /// Loop errors in a row: the first of a streak is logged.
@@ -146,12 +147,15 @@ impl Turns {
         loop {
             self.gather(os, &mut exec.custody, supervisor.next_deadline());
             let now = Instant::now();
-            for input in std::mem::take(&mut self.inputs).drain(..) {
-                self.queue.push_back(input);
+            // Taken and put back, so that its allocation serves every turn.
+            let mut inputs = std::mem::take(&mut self.inputs);
+            for input in inputs.drain(..) {
+                supervisor.handle(input, now, &mut self.actions);
                 if let Some(code) = self.carry_out(supervisor, exec, now) {
                     return code;
                 }
             }
+            self.inputs = inputs;
         }
     }
 
@@ -162,13 +166,10 @@ impl Turns {
         } else {
             deadline.map(|at| at.saturating_duration_since(Instant::now()))
         };
+        let errors = self.errors;
         match os.wait(timeout, logging::waiting_fd()) {
-            Ok(stderr_ready) => {
-                self.errors = 0;
-                if stderr_ready {
-                    logging::flush();
-                }
-            }
+            Ok(true) => logging::flush(),
+            Ok(false) => {}
             Err(e) => self.loop_error("ppoll", e, custody),
         }
         // A bounded batch of each, so that senders that never stop cannot
@@ -187,6 +188,10 @@ impl Turns {
         }
         if let Err(e) = read {
             self.loop_error("signalfd", e, custody);
+        }
+        if self.errors == errors {
+            // A turn without an error ends a streak.
+            self.errors = 0;
         }
         if custody.take_reap() {
             let before = self.inputs.len();
@@ -210,8 +215,8 @@ impl Turns {
         custody.loop_error();
     }
 
-    /// Feed what is queued, and each action's answer right after it.
-    /// Some(code): drainit exits now.
+    /// Carry out the actions of the input just fed, and feed each answer
+    /// right after it. Some(code): drainit exits now.
     fn carry_out(&mut self, supervisor: &mut Supervisor, exec: &mut Executor, now: Instant) -> Option<Code> {
         loop {
             for action in self.actions.drain(..) {
@@ -351,7 +356,8 @@ impl Executor {
                 // forks until the kill lands, and the child of one that died
                 // before its children were read went to drainit, whose own
                 // children the walk read first.
-                let mut reached = std::collections::HashSet::new();
+                // A BTreeSet: a HashSet would seed its hasher from getrandom.
+                let mut reached = std::collections::BTreeSet::new();
                 loop {
                     let mut new = false;
                     procs::walk(me, |pid| {

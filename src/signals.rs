@@ -131,12 +131,19 @@ const SSI_PID: usize = 12;
 /// and SIGSTOP in it are ignored by the kernel.
 const ALL: u64 = u64::MAX;
 
+/// Bytes of one signalfd record (struct signalfd_siginfo), and how many
+/// records one read takes at most.
+const RECORD: usize = size_of::<libc::signalfd_siginfo>();
+const BATCH: usize = 16;
+
 /// Every signal blocked and readable from one close-on-exec signalfd.
 pub struct SignalSource {
     fd: SignalFd,
     me: u32,
     /// What the next read of the signalfd may do, as the last wait found.
     next: Next,
+    /// Where reads land: kept, so that no turn zeroes 2 KiB of stack.
+    buf: [u8; BATCH * RECORD],
 }
 
 /// The signalfd blocks: a read waits for a signal. While nothing else is
@@ -157,7 +164,7 @@ impl SignalSource {
     /// is drainit's pid (signals it caused itself are skipped).
     pub fn open(me: i32) -> nix::Result<SignalSource> {
         let fd = SignalFd::with_flags(&sys::signal_set(ALL), SfdFlags::SFD_CLOEXEC)?;
-        Ok(SignalSource { fd, me: me as u32, next: Next::Skip })
+        Ok(SignalSource { fd, me: me as u32, next: Next::Skip, buf: [0; BATCH * RECORD] })
     }
 
     /// Sleep until a signal is pending, `timeout` passes (None: forever) or,
@@ -214,9 +221,6 @@ impl SignalSource {
         if std::mem::replace(&mut self.next, Next::Skip) == Next::Skip {
             return Ok(());
         }
-        const RECORD: usize = size_of::<libc::signalfd_siginfo>();
-        const BATCH: usize = 16;
-        let mut buf = [0u8; BATCH * RECORD];
         let mut taken: u64 = 0; // bit signo - 1
         let mut masked: u64 = 0; // what the signalfd leaves out now
         let mut narrowed = false;
@@ -225,7 +229,7 @@ impl SignalSource {
         let mut first = true;
         while left > 0 && (std::mem::take(&mut first) || self.pending_now()) {
             let room = left.min(BATCH) * RECORD;
-            let got = match read(&self.fd, &mut buf[..room]) {
+            let got = match read(&self.fd, &mut self.buf[..room]) {
                 Ok(got) => got,
                 Err(Errno::EAGAIN | Errno::EINTR) => break,
                 Err(e) => {
@@ -233,7 +237,7 @@ impl SignalSource {
                     break;
                 }
             };
-            for record in buf[..got].chunks_exact(RECORD) {
+            for record in self.buf[..got].chunks_exact(RECORD) {
                 left -= 1;
                 let field =
                     |at: usize| u32::from_ne_bytes([record[at], record[at + 1], record[at + 2], record[at + 3]]);
