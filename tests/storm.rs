@@ -346,7 +346,14 @@ fn the_deadline_holds_while_a_storm_goes_on() {
         );
         assert_eq!(ended.code, Some(137), "{mode:?}: the deadline's SIGKILL ended the worker; log:\n{}", run.log());
         assert!(early < ms(50), "{mode:?}: drainit ended {early:?} before its deadline");
-        assert!(late < ms(500), "{mode:?}: drainit ended {late:?} after its deadline, under the storm");
+        // What this guards against is starvation: before the batch reads and
+        // the narrowed signalfd mask, the deadline came 12-28s late under a
+        // storm. Four sender threads and the worker on 2 shared cores leave
+        // drainit half a core, spent in the kernel queueing and dequeueing
+        // signals: the debug build ends 50 ms to 1 s late (the binary before
+        // this round's changes, in the same test: 0.3-1.05 s), so the bound
+        // is 1.5 s, far below what starvation costs.
+        assert!(late < ms(1500), "{mode:?}: drainit ended {late:?} after its deadline, under the storm");
         let missing: Vec<i32> =
             kinds.iter().copied().filter(|&k| k < 32 && k != libc::SIGCONT && !rec.seen().contains(&k)).collect();
         assert!(
