@@ -38,6 +38,8 @@ use crate::tty;
 
 const SIGNALS_PER_TURN: usize = 64;
 const REAPED_PER_TURN: usize = 1024;
+/// Walks of /proc for one deadline SIGKILL as subreaper, at most.
+const KILL_WALKS: usize = 3;
 
 /// The variable that tells the worker which attempt it is.
 const ATTEMPT_VAR: &str = "DRAINIT_ATTEMPT";
@@ -352,24 +354,27 @@ impl Executor {
         match (everyone.descendants, self.proc_self) {
             (Walk::Count, Some(_)) => procs::others(),
             (Walk::Each, Some(me)) => sys::first_in_line(|| {
-                // A SIGKILL goes out until a walk finds no one new: a process
-                // forks until the kill lands, and the child of one that died
-                // before its children were read went to drainit, whose own
-                // children the walk read first.
+                // A SIGKILL walk goes again while it finds someone new: a
+                // process forks until the kill lands, and the child of one
+                // that died before its children were read went to drainit,
+                // whose children the walk read first. A few times at most:
+                // between walks nothing is reaped, and a bomb that outpaces
+                // them is left to the re-kill after each reaping round.
                 // A BTreeSet: a HashSet would seed its hasher from getrandom.
                 let mut reached = std::collections::BTreeSet::new();
-                loop {
-                    let mut new = false;
+                let passes = if sig == SIGKILL { KILL_WALKS } else { 1 };
+                for _ in 0..passes {
+                    let before = reached.len();
                     procs::walk(me, |pid| {
                         if reached.insert(pid) {
-                            new = true;
                             let _ = sys::kill(Pid::from_raw(pid), sig);
                         }
                     });
-                    if !new || sig != SIGKILL {
-                        break reached.len();
+                    if reached.len() == before {
+                        break;
                     }
                 }
+                reached.len()
             }),
             _ => 0,
         }

@@ -61,62 +61,100 @@ pub fn others() -> usize {
 /// Call `visit` on each descendant of `root` as soon as it is found, before
 /// its own children are read: a visit that SIGKILLs stops a process from
 /// forking more while the walk goes on, so a fork bomb cannot outrun it.
+/// Nothing is allocated per process (paths are built on the stack, pids go
+/// straight into the queue): at a deadline this runs once per process of a
+/// fork bomb, and musl's allocator makes syscalls of its own.
 pub fn walk(root: i32, mut visit: impl FnMut(i32)) {
     let mut queue = vec![root];
+    let mut buf = [0u8; 4096];
     let mut next = 0;
     while next < queue.len() {
         let parent = queue[next];
-        match children(parent) {
-            Some(kids) => {
-                for kid in kids {
-                    visit(kid);
-                    queue.push(kid);
-                }
-            }
+        let before = queue.len();
+        if !children(parent, &mut buf, &mut queue) && parent == root {
             // No /proc/PID/task/TID/children (CONFIG_PROC_CHILDREN off):
             // fall back to reading every process's parent link.
-            None if parent == root => return by_parent_links(root).into_iter().for_each(visit),
-            None => {}
+            return by_parent_links(root).into_iter().for_each(visit);
+        }
+        for &kid in &queue[before..] {
+            visit(kid);
         }
         next += 1;
     }
 }
 
-/// The children of `pid`, from its threads' `children` files. None when the
-/// kernel has no such file. A single-threaded process (told by the link
-/// count of its task directory) costs four syscalls, without listing the
-/// directory: at the deadline this runs once per process of a fork bomb.
-fn children(pid: i32) -> Option<Vec<i32>> {
-    let threads = nix::sys::stat::stat(format!("/proc/{pid}/task").as_str()).ok()?.st_nlink.saturating_sub(2);
-    let mut kids = Vec::new();
-    if threads <= 1 {
-        read_pids(&format!("/proc/{pid}/task/{pid}/children"), &mut kids)?;
-        return Some(kids);
-    }
-    let mut readable = false;
-    for task in fs::read_dir(format!("/proc/{pid}/task")).ok()?.flatten() {
-        readable |= read_pids(&task.path().join("children").to_string_lossy(), &mut kids).is_some();
-    }
-    readable.then_some(kids)
+/// A /proc path, built on the stack and NUL-terminated.
+struct ProcPath {
+    buf: [u8; 64],
+    len: usize,
 }
 
-/// Append the pids listed in `path` (a `children` file) to `out`.
-fn read_pids(path: &str, out: &mut Vec<i32>) -> Option<()> {
-    let fd = openat(AT_FDCWD, path, OFlag::O_RDONLY | OFlag::O_CLOEXEC, Mode::empty()).ok()?;
-    let mut buf = [0u8; 4096];
-    let mut pending = Vec::new();
-    loop {
-        match nix::unistd::read(&fd, &mut buf) {
-            Ok(0) => break,
-            Ok(n) => pending.extend_from_slice(&buf[..n]),
-            Err(nix::errno::Errno::EINTR) => {}
-            Err(_) => return None,
+impl ProcPath {
+    fn new(args: std::fmt::Arguments<'_>) -> Option<ProcPath> {
+        let mut path = ProcPath { buf: [0; 64], len: 0 };
+        std::fmt::Write::write_fmt(&mut path, args).ok()?;
+        // Room for the NUL that ends it (the buffer is zeroed).
+        (path.len < path.buf.len()).then_some(path)
+    }
+
+    fn c_str(&self) -> &std::ffi::CStr {
+        std::ffi::CStr::from_bytes_until_nul(&self.buf).unwrap_or_default()
+    }
+}
+
+impl std::fmt::Write for ProcPath {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        let end = self.len + s.len();
+        self.buf.get_mut(self.len..end).ok_or(std::fmt::Error)?.copy_from_slice(s.as_bytes());
+        self.len = end;
+        Ok(())
+    }
+}
+
+/// Append the children of `pid` to `out`, from its threads' `children`
+/// files; false when the kernel has no such file. A single-threaded
+/// process (told by the link count of its task directory) costs four
+/// syscalls, without listing the directory.
+fn children(pid: i32, buf: &mut [u8], out: &mut Vec<i32>) -> bool {
+    let Some(task) = ProcPath::new(format_args!("/proc/{pid}/task")) else { return false };
+    let Ok(st) = nix::sys::stat::stat(task.c_str()) else { return false };
+    if st.st_nlink.saturating_sub(2) <= 1 {
+        let Some(path) = ProcPath::new(format_args!("/proc/{pid}/task/{pid}/children")) else { return false };
+        return read_pids(path.c_str(), buf, out);
+    }
+    let Ok(tasks) = fs::read_dir(format!("/proc/{pid}/task")) else { return false };
+    let mut readable = false;
+    for tid in tasks.flatten().filter_map(|t| t.file_name().to_str()?.parse::<i32>().ok()) {
+        if let Some(path) = ProcPath::new(format_args!("/proc/{pid}/task/{tid}/children")) {
+            readable |= read_pids(path.c_str(), buf, out);
         }
     }
-    out.extend(
-        pending.split(|b| b.is_ascii_whitespace()).filter_map(|w| std::str::from_utf8(w).ok()?.parse::<i32>().ok()),
-    );
-    Some(())
+    readable
+}
+
+/// Append the pids listed in the `children` file at `path` to `out`. A read
+/// that returns less than it had room for reached the end: no read is spent
+/// on finding that out.
+fn read_pids(path: &std::ffi::CStr, buf: &mut [u8], out: &mut Vec<i32>) -> bool {
+    let Ok(fd) = openat(AT_FDCWD, path, OFlag::O_RDONLY | OFlag::O_CLOEXEC, Mode::empty()) else { return false };
+    let mut pid: Option<i32> = None;
+    loop {
+        let n = match nix::unistd::read(&fd, buf) {
+            Ok(n) => n,
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(_) => return false,
+        };
+        for &b in &buf[..n] {
+            match b {
+                b'0'..=b'9' => pid = Some(pid.unwrap_or(0).saturating_mul(10).saturating_add(i32::from(b - b'0'))),
+                _ => out.extend(pid.take()),
+            }
+        }
+        if n < buf.len() {
+            out.extend(pid);
+            return true;
+        }
+    }
 }
 
 /// The slow path: every process's parent pid from /proc/PID/stat.
