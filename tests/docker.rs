@@ -15,8 +15,11 @@
 //! No image is pulled: each image is built FROM scratch out of a temporary
 //! context. Images and containers are named `drainit-test-<pid>-<n>` and removed
 //! by Drop guards, pass or fail; every docker command and every wait has a deadline.
-//! What it shares with tests/engines.rs is in tests/containers/; nothing here
-//! depends on tests/common/.
+//! What it shares with tests/engines.rs is in tests/containers/, which builds
+//! on the test kit (tests/kit/): its bounded waits, scratch directories and
+//! log parser.
+
+mod kit;
 
 mod containers;
 
@@ -27,9 +30,10 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use containers::{
-    Container, Engine, Image, LOG_TIMEOUT, MANIFEST_DIR, Scratch, assert_log_has, check_deadline_stop,
-    check_drained_stop, check_orphans_reaped, poll, run_bounded, statics, unique_name,
+    Container, Engine, Image, LOG_TIMEOUT, MANIFEST_DIR, ScratchFiles, assert_log_has, check_deadline_stop,
+    check_drained_stop, check_orphans_reaped, run_bounded, statics, unique_name,
 };
+use kit::{Scratch, parse_events, wait_until};
 
 // ---------------------------------------------------------------------------
 // The engine and its images.
@@ -64,7 +68,7 @@ fn build(scratch: Scratch, dockerfile: &str) -> Image {
     let engine = docker();
     scratch.write("Dockerfile", dockerfile, 0o644);
     let image = Image { engine, tag: format!("{}:latest", unique_name()) };
-    let dir = scratch.dir.to_string_lossy().into_owned();
+    let dir = scratch.str();
     let out = engine.run(&["build", "--quiet", "--tag", &image.tag, &dir]);
     assert!(out.status.success(), "docker build of\n{dockerfile}\nfailed ({}):\n{}", out.status, out.text());
     image
@@ -74,7 +78,7 @@ fn build(scratch: Scratch, dockerfile: &str) -> Image {
 /// drainit at its entry point as in Dockerfile.example, plus `extra`
 /// Dockerfile lines; /tmp only when `with_tmp`.
 fn drainit_image(with_tmp: bool, extra: &str) -> Image {
-    let scratch = Scratch::new();
+    let scratch = Scratch::new("docker-image");
     scratch.busybox_rootfs("rootfs", with_tmp);
     scratch.copy("rootfs/usr/local/bin/drainit", &statics().drainit);
     build(
@@ -147,7 +151,7 @@ fn example_final_stage() -> Vec<(String, String)> {
 /// every other instruction is kept as written.
 fn example_image() -> Image {
     let p = statics();
-    let ctx = Scratch::new();
+    let ctx = Scratch::new("docker-example");
     let mut dockerfile = String::from("FROM scratch\n");
     for (op, args) in example_final_stage() {
         if op != "COPY" {
@@ -187,7 +191,8 @@ fn example_image() -> Image {
 // ---------------------------------------------------------------------------
 // Small parsers for the manifests and the log.
 
-/// `500ms`, `8s`, `1.5s`, `1m30s`, or a bare number of seconds.
+/// `500ms`, `8s`, `1.5s`, `1m30s`, or a bare number of seconds: the forms
+/// the manifests use, a wider set than drainit's own (`kit::parse_duration`).
 fn parse_duration(text: &str) -> Duration {
     let text = text.trim().trim_matches('"');
     if let Ok(secs) = text.parse::<f64>() {
@@ -212,10 +217,9 @@ fn parse_duration(text: &str) -> Duration {
     total
 }
 
-/// The value of `key=` in the first log line with `event=NAME`.
+/// The value of `key=` in the first `event=NAME` line of drainit's log.
 fn event_value(log: &str, event: &str, key: &str) -> Option<String> {
-    let line = log.lines().find(|l| l.split_whitespace().any(|w| w == format!("event={event}")))?;
-    line.split_whitespace().find_map(|w| w.strip_prefix(&format!("{key}=")).map(String::from))
+    parse_events(log).into_iter().find(|e| e.name == event)?.get(key).map(String::from)
 }
 
 fn env_value(env: &[(String, String)], key: &str) -> Option<Duration> {
@@ -400,8 +404,12 @@ fn stop_delay_fails_the_health_check_before_the_worker_hears_of_it() {
     let c = start(&image, &[], &[], &["sh", "/workers/term-reporter.sh"]);
     c.wait_for_log("term-reporter: ready", LOG_TIMEOUT);
     let health = || c.inspect("{{.State.Status}} {{.State.Health.Status}}");
-    poll(LOG_TIMEOUT, || (health() == "running healthy").then_some(()))
-        .unwrap_or_else(|| panic!("not healthy within {LOG_TIMEOUT:?}: {}; log:\n{}", health(), c.logs()));
+    assert!(
+        wait_until(LOG_TIMEOUT, || health() == "running healthy"),
+        "not healthy within {LOG_TIMEOUT:?}: {}; log:\n{}",
+        health(),
+        c.logs()
+    );
 
     let name = c.name.clone();
     let stopper = thread::spawn(move || {
@@ -464,7 +472,7 @@ fn termination_log(scratch: &Scratch) -> (std::path::PathBuf, String) {
 #[test]
 fn termination_log_gets_the_summary_after_docker_stop() {
     let image = rig();
-    let scratch = Scratch::new();
+    let scratch = Scratch::new("termination-log");
     let (file, mount) = termination_log(&scratch);
     let env = [("DRAINIT_GRACE", "1s"), ("DRAINIT_ORCHESTRATOR_TIMEOUT", "5s")];
     let c = start(&image, &["--mount", &mount], &env, &["sh", "/workers/ignore-term.sh"]);
@@ -481,7 +489,7 @@ fn termination_log_gets_the_summary_after_docker_stop() {
 #[test]
 fn termination_log_keeps_the_workers_own_message() {
     let image = rig();
-    let scratch = Scratch::new();
+    let scratch = Scratch::new("termination-log");
     let (file, mount) = termination_log(&scratch);
     let (_c, out) = Container::run(
         docker(),

@@ -36,7 +36,10 @@
 //! Needs, and fails (never skips) without: dockerd, the docker CLI, containerd
 //! and runc (Debian: `apt-get install -y docker.io`), podman (`apt-get install
 //! -y podman`), unshare and nsenter (util-linux), tar, a static busybox and the
-//! static drainit (see tests/containers/).
+//! static drainit (see tests/containers/, which builds on the test kit,
+//! tests/kit/).
+
+mod kit;
 
 mod containers;
 
@@ -51,9 +54,10 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use containers::{
-    Container, ENGINE_TIMEOUT, Engine, LOG_TIMEOUT, Scratch, assert_log_has, check_deadline_stop, check_drained_stop,
-    check_orphans_reaped, find_program, poll, run, run_bounded, statics,
+    Container, ENGINE_TIMEOUT, Engine, LOG_TIMEOUT, ScratchFiles, assert_log_has, check_deadline_stop,
+    check_drained_stop, check_orphans_reaped, find_program, run, run_bounded, statics,
 };
+use kit::{Scratch, wait_for, wait_until};
 
 /// The systemd default, as dockerd runs under its unit: /usr/local before /usr.
 const DAEMON_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
@@ -199,13 +203,16 @@ fn teardown(dir: &Path) {
             let _ = fs::remove_dir(d);
         }
     }
-    for attempt in 0..5 {
-        match fs::remove_dir_all(dir) {
-            Ok(()) => break,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => break,
-            Err(e) if attempt == 4 => eprintln!("engines: cannot remove {}: {e}", dir.display()),
-            Err(_) => thread::sleep(Duration::from_millis(200)),
+    let mut failed = None;
+    let removed = wait_until(Duration::from_secs(1), || match fs::remove_dir_all(dir) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            failed = Some(e);
+            false
         }
+        _ => true,
+    });
+    if !removed {
+        eprintln!("engines: cannot remove {}: {}", dir.display(), failed.map(|e| e.to_string()).unwrap_or_default());
     }
 }
 
@@ -285,11 +292,9 @@ impl Private {
         let helper = self.helper.lock().unwrap_or_else(|e| e.into_inner()).take();
         if let Some(mut child) = helper {
             drop(child.stdin.take());
-            let deadline = Instant::now() + Duration::from_secs(30);
-            while matches!(child.try_wait(), Ok(None)) && Instant::now() < deadline {
-                thread::sleep(Duration::from_millis(50));
+            if !wait_until(Duration::from_secs(30), || !matches!(child.try_wait(), Ok(None))) {
+                let _ = child.kill();
             }
-            let _ = child.kill();
             let _ = child.wait();
         }
         teardown(&self.dir);
@@ -342,7 +347,7 @@ fn install_drainit(dir: &Path, name: &str) -> PathBuf {
 /// A tarball of the test root filesystem (busybox, /tmp, /run, the workers;
 /// no drainit: the engine brings it) in `dir`.
 fn rootfs_tarball(dir: &Path) -> PathBuf {
-    let scratch = Scratch { dir: dir.join("rootfs-build") };
+    let scratch = Scratch(dir.join("rootfs-build"));
     scratch.busybox_rootfs("rootfs", true);
     let built = scratch.tarball("rootfs");
     let tar = dir.join("rootfs.tar");
@@ -462,7 +467,7 @@ impl Dockerd {
         });
         let d = Dockerd { private, engine, init };
         let t = Instant::now();
-        let ready = poll(START_TIMEOUT, || {
+        let ready = wait_for(START_TIMEOUT, || {
             if d.private.check_alive("the private dockerd").is_err() {
                 return Some(false);
             }
@@ -578,7 +583,7 @@ impl Podman {
             ]
         };
         let private = Private::spawn(dir.clone(), PODMAN_HELPER, &[], &env_for("containers.conf"));
-        let ready = poll(START_TIMEOUT, || {
+        let ready = wait_for(START_TIMEOUT, || {
             if private.check_alive("the podman namespace").is_err() {
                 return Some(false);
             }
@@ -680,7 +685,7 @@ fn docker_info_shows_drainits_init_version() {
     let short = run(&d.init.to_string_lossy(), &["-V"], Duration::from_secs(10));
     assert_eq!(short.stdout, out.stdout, "-V and --version differ");
     // Under any other name: `drainit VERSION`.
-    let scratch = Scratch::new();
+    let scratch = Scratch::new("init-version");
     scratch.copy("drainit", &d.init);
     fs::set_permissions(scratch.path("drainit"), fs::Permissions::from_mode(0o755)).unwrap();
     let other = run(&scratch.path("drainit").to_string_lossy(), &["--version"], Duration::from_secs(10));

@@ -184,17 +184,6 @@ fn rlimit_nofile_4_is_enough() {
     assert_eq!(run.count_events("file_skipped"), 0, "{log}");
 }
 
-/// Whether `path` is an ELF file without a program interpreter (static).
-fn is_static(path: &str) -> bool {
-    let b = std::fs::read(path).unwrap();
-    let u16_at = |o: usize| u16::from_le_bytes([b[o], b[o + 1]]) as usize;
-    let phoff = u64::from_le_bytes(b[0x20..0x28].try_into().unwrap()) as usize;
-    (0..u16_at(0x38)).all(|i| {
-        let o = phoff + i * u16_at(0x36);
-        u32::from_le_bytes(b[o..o + 4].try_into().unwrap()) != 3 // PT_INTERP
-    })
-}
-
 /// With 3 drainit cannot start: 125 and one line. A dynamic build fails
 /// earlier, in the loader (127 from ld.so, before drainit runs).
 #[test]
@@ -203,7 +192,7 @@ fn rlimit_nofile_3_is_125_with_one_line() {
     let ended = run.wait(secs(10));
     let log = run.log();
     eprintln!("nofile 3: exit {:?}; log: {log:?}", ended.code);
-    if is_static(BIN) {
+    if is_static_elf(BIN).unwrap() {
         assert_eq!(ended.code, Some(125), "RLIMIT_NOFILE 3: {log}");
         one_clear_line(&log, "Too many open files").unwrap();
     } else {

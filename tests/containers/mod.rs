@@ -5,7 +5,10 @@
 //! engine's CLI (`docker` or `podman`) with guards that remove what it made.
 //!
 //! Every command and every wait here has a deadline; a missing prerequisite
-//! is a clear panic naming what to install, never a skip.
+//! is a clear panic naming what to install, never a skip. It builds on the
+//! test kit (tests/kit/): its bounded waits, its [`Scratch`] directories
+//! (written into through [`ScratchFiles`]), its /proc [`Stat`] parser and its
+//! ELF check; each user declares `mod kit;` before `mod containers;`.
 #![allow(dead_code)]
 
 use std::ffi::OsString;
@@ -18,6 +21,8 @@ use std::sync::OnceLock;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
+
+use crate::kit::{Scratch, Stat, is_static_elf, wait_for, wait_until};
 
 pub const MANIFEST_DIR: &str = env!("CARGO_MANIFEST_DIR");
 /// Bound on one ordinary engine command (run, stop, build or import of a tiny image).
@@ -104,18 +109,14 @@ pub fn run_bounded(mut cmd: Command, timeout: Duration) -> Result<Out, String> {
         let _ = se.read_to_end(&mut v);
         v
     });
-    let deadline = Instant::now() + timeout;
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(status)) => break status,
-            Ok(None) if Instant::now() >= deadline => {
-                let _ = child.kill();
-                let _ = child.wait();
-                // The readers are left behind: a grandchild may still hold the pipes.
-                return Err(format!("{desc} did not finish within {timeout:?}; killed it"));
-            }
-            Ok(None) => thread::sleep(Duration::from_millis(10)),
-            Err(e) => return Err(format!("waiting for {desc}: {e}")),
+    let status = match wait_for(timeout, || child.try_wait().transpose()) {
+        Some(Ok(status)) => status,
+        Some(Err(e)) => return Err(format!("waiting for {desc}: {e}")),
+        None => {
+            let _ = child.kill();
+            let _ = child.wait();
+            // The readers are left behind: a grandchild may still hold the pipes.
+            return Err(format!("{desc} did not finish within {timeout:?}; killed it"));
         }
     };
     let stdout = String::from_utf8_lossy(&t_out.join().unwrap_or_default()).into_owned();
@@ -133,20 +134,6 @@ pub fn run(program: &str, args: &[&str], timeout: Duration) -> Out {
 pub fn unique_name() -> String {
     static SEQ: AtomicUsize = AtomicUsize::new(0);
     format!("drainit-test-{}-{}", std::process::id(), SEQ.fetch_add(1, Ordering::SeqCst))
-}
-
-/// Polls `probe` every 100ms until it returns Some, or `timeout` passes.
-pub fn poll<T>(timeout: Duration, mut probe: impl FnMut() -> Option<T>) -> Option<T> {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(v) = probe() {
-            return Some(v);
-        }
-        if Instant::now() >= deadline {
-            return None;
-        }
-        thread::sleep(Duration::from_millis(100));
-    }
 }
 
 /// The first of `names` found as an executable in PATH or the sbin
@@ -254,76 +241,59 @@ fn build_static_drainit() -> Result<PathBuf, String> {
     Ok(path)
 }
 
-/// True when `path` is an ELF executable with no program interpreter.
-pub fn is_static_elf(path: &Path) -> Result<bool, String> {
-    let b = fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    if b.len() < 64 || &b[..4] != b"\x7fELF" || b[4] != 2 || b[5] != 1 {
-        return Err(format!("{} is not a 64-bit little-endian ELF file", path.display()));
-    }
-    let u16_at = |o: usize| u16::from_le_bytes([b[o], b[o + 1]]) as usize;
-    let phoff = u64::from_le_bytes(b[0x20..0x28].try_into().unwrap()) as usize;
-    let (phentsize, phnum) = (u16_at(0x36), u16_at(0x38));
-    for i in 0..phnum {
-        let o = phoff + i * phentsize;
-        let p_type = b.get(o..o + 4).ok_or_else(|| format!("{}: truncated ELF", path.display()))?;
-        if u32::from_le_bytes(p_type.try_into().unwrap()) == 3 {
-            return Ok(false); // PT_INTERP: needs a dynamic loader
-        }
-    }
-    Ok(true)
-}
-
 // ---------------------------------------------------------------------------
-// Scratch directories and root filesystems.
+// Build contexts and root filesystems, in the kit's scratch directories.
 
-/// A directory under the cargo target tmp dir, removed on drop.
-pub struct Scratch {
-    pub dir: PathBuf,
+/// `rel` under `scratch` (a leading `/` is dropped), its parents created.
+fn place(scratch: &Scratch, rel: &str) -> PathBuf {
+    let p = scratch.0.join(rel.trim_start_matches('/'));
+    if let Some(parent) = p.parent() {
+        fs::create_dir_all(parent).unwrap_or_else(|e| panic!("mkdir {}: {e}", parent.display()));
+    }
+    p
 }
 
-impl Scratch {
-    pub fn new() -> Scratch {
-        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(unique_name());
-        let _ = fs::remove_dir_all(&dir);
-        fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("mkdir {}: {e}", dir.display()));
-        Scratch { dir }
-    }
-
-    /// `rel` under the directory, its parents created.
-    pub fn path(&self, rel: &str) -> PathBuf {
-        let p = self.dir.join(rel.trim_start_matches('/'));
-        if let Some(parent) = p.parent() {
-            fs::create_dir_all(parent).unwrap_or_else(|e| panic!("mkdir {}: {e}", parent.display()));
-        }
-        p
-    }
-
-    pub fn mkdir(&self, rel: &str) {
-        let p = self.path(rel);
-        fs::create_dir_all(&p).unwrap_or_else(|e| panic!("mkdir {}: {e}", p.display()));
-    }
-
-    pub fn copy(&self, rel: &str, from: &Path) {
-        let to = self.path(rel);
-        fs::copy(from, &to).unwrap_or_else(|e| panic!("cp {} {}: {e}", from.display(), to.display()));
-    }
-
-    pub fn write(&self, rel: &str, text: &str, mode: u32) {
-        let to = self.path(rel);
-        fs::write(&to, text).unwrap_or_else(|e| panic!("write {}: {e}", to.display()));
-        fs::set_permissions(&to, fs::Permissions::from_mode(mode)).unwrap();
-    }
-
+/// What the container tests write into a kit [`Scratch`]: build contexts,
+/// root filesystems and their tarballs. `rel` is relative to the directory;
+/// parents are created on the way.
+pub trait ScratchFiles {
+    fn mkdir(&self, rel: &str);
+    /// A copy of the file `from` at `rel`.
+    fn copy(&self, rel: &str, from: &Path);
+    /// `text` at `rel`, with permissions `mode`.
+    fn write(&self, rel: &str, text: &str, mode: u32);
     /// A `FROM scratch` root filesystem under `prefix` (`""` or `rootfs`):
     /// busybox with its applets as links in /bin, an empty /run (for the drain
     /// file), /tmp when `with_tmp`, the sample worker at
     /// /usr/local/bin/sample-worker and the test workers in /workers.
-    pub fn busybox_rootfs(&self, prefix: &str, with_tmp: bool) {
+    fn busybox_rootfs(&self, prefix: &str, with_tmp: bool);
+    /// The directory `rel` as a tarball (owned by root), for `docker import`.
+    fn tarball(&self, rel: &str) -> PathBuf;
+}
+
+impl ScratchFiles for Scratch {
+    fn mkdir(&self, rel: &str) {
+        let p = place(self, rel);
+        fs::create_dir_all(&p).unwrap_or_else(|e| panic!("mkdir {}: {e}", p.display()));
+    }
+
+    fn copy(&self, rel: &str, from: &Path) {
+        let to = place(self, rel);
+        fs::copy(from, &to).unwrap_or_else(|e| panic!("cp {} {}: {e}", from.display(), to.display()));
+    }
+
+    fn write(&self, rel: &str, text: &str, mode: u32) {
+        let to = place(self, rel);
+        fs::write(&to, text).unwrap_or_else(|e| panic!("write {}: {e}", to.display()));
+        fs::set_permissions(&to, fs::Permissions::from_mode(mode)).unwrap();
+    }
+
+    fn busybox_rootfs(&self, prefix: &str, with_tmp: bool) {
         let s = statics();
         let at = |rel: &str| format!("{prefix}/{rel}");
         self.copy(&at("bin/busybox"), &s.busybox);
         for applet in &s.applets {
-            let link = self.path(&at(&format!("bin/{applet}")));
+            let link = place(self, &at(&format!("bin/{applet}")));
             symlink("busybox", &link).unwrap_or_else(|e| panic!("symlink {}: {e}", link.display()));
         }
         self.mkdir(&at("run"));
@@ -340,10 +310,9 @@ impl Scratch {
         self.write(&at("workers/term-reporter.sh"), TERM_REPORTER_WORKER, 0o755);
     }
 
-    /// The directory `rel` as a tarball (owned by root), for `docker import`.
-    pub fn tarball(&self, rel: &str) -> PathBuf {
-        let tar = self.dir.join(format!("{}.tar", rel.trim_matches('/').replace('/', "-")));
-        let src = self.dir.join(rel.trim_start_matches('/'));
+    fn tarball(&self, rel: &str) -> PathBuf {
+        let tar = self.0.join(format!("{}.tar", rel.trim_matches('/').replace('/', "-")));
+        let src = self.0.join(rel.trim_start_matches('/'));
         let out = run(
             "tar",
             &[
@@ -361,12 +330,6 @@ impl Scratch {
         );
         assert!(out.status.success(), "tar of {} failed: {}", src.display(), out.text());
         tar
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.dir);
     }
 }
 
@@ -504,7 +467,7 @@ impl Container {
 
     /// Waits until the log has `needle`; panics with the log after `timeout`.
     pub fn wait_for_log(&self, needle: &str, timeout: Duration) {
-        if poll(timeout, || self.logs().contains(needle).then_some(())).is_none() {
+        if !wait_until(timeout, || self.logs().contains(needle)) {
             panic!(
                 "container {}: no {needle:?} in its log within {timeout:?}; state {}; log:\n{}",
                 self.name,
@@ -551,7 +514,7 @@ impl Container {
 
     /// A file from the (possibly stopped) container, via `cp`.
     pub fn read_file(&self, path: &str) -> Result<String, String> {
-        let scratch = Scratch::new();
+        let scratch = Scratch::new("engine-cp");
         let to = scratch.path("copied");
         let to_s = to.to_string_lossy().into_owned();
         let out = self.engine.run(&["cp", &format!("{}:{path}", self.name), &to_s]);
@@ -562,9 +525,9 @@ impl Container {
     }
 
     /// Every process in the container, read from /proc inside it.
-    pub fn processes(&self) -> Vec<Proc> {
+    pub fn processes(&self) -> Vec<Stat> {
         let out = self.exec(&["sh", "-c", "cat /proc/[0-9]*/stat 2>/dev/null"]);
-        out.stdout.lines().filter_map(Proc::parse).collect()
+        out.stdout.lines().filter_map(Stat::parse).collect()
     }
 
     /// PID 1's argv inside the container, from /proc/1/cmdline.
@@ -578,29 +541,6 @@ impl Container {
 impl Drop for Container {
     fn drop(&mut self) {
         let _ = run_bounded(self.engine.command(&["rm", "--force", "--volumes", &self.name]), ENGINE_TIMEOUT);
-    }
-}
-
-#[derive(Debug)]
-pub struct Proc {
-    pub pid: u32,
-    pub comm: String,
-    pub state: char,
-    pub ppid: u32,
-}
-
-impl Proc {
-    /// One /proc/PID/stat line: `pid (comm) state ppid ...`; comm may hold spaces.
-    pub fn parse(line: &str) -> Option<Proc> {
-        let open = line.find('(')?;
-        let close = line.rfind(')')?;
-        let mut rest = line[close + 1..].split_whitespace();
-        Some(Proc {
-            pid: line[..open].trim().parse().ok()?,
-            comm: line[open + 1..close].to_string(),
-            state: rest.next()?.chars().next()?,
-            ppid: rest.next()?.parse().ok()?,
-        })
     }
 }
 
@@ -644,9 +584,9 @@ pub fn check_deadline_stop(c: &Container, secs: u32, grace_secs: u64) -> Duratio
 /// as a zombie: only PID 1 can reap them.
 pub fn check_orphans_reaped(c: &Container, pid1_comm: &str) {
     c.wait_for_log("orphans: spawned 20", LOG_TIMEOUT);
-    let orphan = |p: &Proc| p.ppid == 1 && p.comm == "sleep";
+    let orphan = |p: &Stat| p.ppid == 1 && p.comm == "sleep";
     // (polled: a forked orphan may not have exec'd `sleep` yet)
-    let orphans: Vec<String> = poll(Duration::from_secs(10), || {
+    let orphans: Vec<String> = wait_for(Duration::from_secs(10), || {
         let pids: Vec<String> = c.processes().iter().filter(|p| orphan(p)).map(|p| p.pid.to_string()).collect();
         (pids.len() == 20).then_some(pids)
     })
@@ -658,11 +598,10 @@ pub fn check_orphans_reaped(c: &Container, pid1_comm: &str) {
     kill.extend(orphans.iter().map(String::as_str));
     let out = c.exec(&kill);
     assert!(out.status.success(), "kill of the orphans: {}", out.text());
-    let settled = poll(Duration::from_secs(10), || {
+    let settled = wait_until(Duration::from_secs(10), || {
         let procs = c.processes();
-        let gone = !procs.is_empty() && procs.iter().all(|p| p.state != 'Z' && !orphan(p));
-        gone.then_some(())
+        !procs.is_empty() && procs.iter().all(|p| p.state != 'Z' && !orphan(p))
     });
-    assert!(settled.is_some(), "killed orphans still there (zombies?) after 10s:\n{:#?}", c.processes());
+    assert!(settled, "killed orphans still there (zombies?) after 10s:\n{:#?}", c.processes());
     assert!(c.running(), "the worker should still run: {}", c.state());
 }

@@ -26,7 +26,8 @@
 //!   readiness, the signals seen with counts, and how it ended ([`End`]).
 //! - [`Event`] parses drainit's logfmt lines ([`check_log_end`],
 //!   [`one_clear_line`]); [`Procfs`] reads /proc ([`HOST`], or a namespace's);
-//!   [`c_helper`] compiles the other C workers (bomb.c, orphans.c).
+//!   [`c_helper`] compiles the other C workers (bomb.c, orphans.c);
+//!   [`is_static_elf`] tells a static binary from one that needs a loader.
 //! - [`per_mode!`] makes one `#[test]` per mode from one body, [`cases!`] one
 //!   per row of a table (`per_mode!` takes rows too).
 //!
@@ -64,6 +65,7 @@
 
 mod cases;
 mod cc;
+mod elf;
 mod events;
 mod launch;
 mod pidfd;
@@ -75,6 +77,7 @@ mod running;
 
 pub(crate) use cases::{cases, per_mode};
 pub use cc::c_helper;
+pub use elf::is_static_elf;
 pub use events::{Event, check_log_end, event_names, one_clear_line, parse_duration, parse_events};
 pub use launch::{Builder, Io, drainit, launch, pipe};
 pub use pidfd::Pidfd;
