@@ -353,32 +353,43 @@ impl Executor {
         }
         match (everyone.descendants, self.proc_self) {
             (Walk::Count, Some(_)) => procs::others(),
-            (Walk::Each, Some(me)) => sys::first_in_line(|| {
-                // A SIGKILL walk goes again while it finds someone new: a
-                // process forks until the kill lands, and the child of one
-                // that died before its children were read went to drainit,
-                // whose children the walk read first. A few times at most:
-                // between walks nothing is reaped, and a bomb that outpaces
-                // them is left to the re-kill after each reaping round.
-                // A BTreeSet: a HashSet would seed its hasher from getrandom.
-                let mut reached = std::collections::BTreeSet::new();
-                let passes = if sig == SIGKILL { KILL_WALKS } else { 1 };
-                for _ in 0..passes {
-                    let before = reached.len();
-                    procs::walk(me, |pid| {
-                        if reached.insert(pid) {
-                            let _ = sys::kill(Pid::from_raw(pid), sig);
-                        }
-                    });
-                    if reached.len() == before {
-                        break;
-                    }
-                }
-                reached.len()
-            }),
+            (Walk::Each, Some(me)) if sig == SIGKILL => sys::first_in_line(|| kill_walk(me)),
+            (Walk::Each, Some(me)) => {
+                let mut found = 0;
+                procs::walk(me, |pid| {
+                    found += 1;
+                    let _ = sys::kill(Pid::from_raw(pid), sig);
+                });
+                found
+            }
             _ => 0,
         }
     }
+}
+
+/// The deadline's SIGKILL to every descendant of `me` (a subreaper's walk),
+/// as each is found; how many that was.
+fn kill_walk(me: i32) -> usize {
+    // A SIGKILL walk goes again while it finds someone new: a
+    // process forks until the kill lands, and the child of one
+    // that died before its children were read went to drainit,
+    // whose children the walk read first. A few times at most:
+    // between walks nothing is reaped, and a bomb that outpaces
+    // them is left to the re-kill after each reaping round.
+    // A BTreeSet: a HashSet would seed its hasher from getrandom.
+    let mut reached = std::collections::BTreeSet::new();
+    for _ in 0..KILL_WALKS {
+        let before = reached.len();
+        procs::walk(me, |pid| {
+            if reached.insert(pid) {
+                let _ = sys::kill(Pid::from_raw(pid), SIGKILL);
+            }
+        });
+        if reached.len() == before {
+            break;
+        }
+    }
+    reached.len()
 }
 
 fn seed(me: i32) -> u64 {
