@@ -13,10 +13,7 @@ pub fn parse(text: &str) -> Result<Duration, String> {
     let t = text.trim();
     let is_number = !t.is_empty() && t.chars().all(|c| c.is_ascii_digit() || c == '.') && t.matches('.').count() <= 1;
     let parsed = if is_number {
-        t.parse::<f64>()
-            .ok()
-            .and_then(|secs| Duration::try_from_secs_f64(secs).ok())
-            .ok_or_else(|| "not a number of seconds".to_string())?
+        seconds(t).ok_or_else(|| "not a number of seconds".to_string())?
     } else {
         humantime::parse_duration(t)
             .map_err(|_| "not a duration (examples: 500ms, 8s, 1m30s; a bare number is seconds)".to_string())?
@@ -27,9 +24,23 @@ pub fn parse(text: &str) -> Result<Duration, String> {
     Ok(parsed)
 }
 
+/// A decimal number of seconds (`8`, `0.5`, `.25`, `5.`), exactly: digits
+/// below a nanosecond are dropped. Integers rather than an f64, whose
+/// parser and its tables would be ~15 KiB of the static binary.
+fn seconds(t: &str) -> Option<Duration> {
+    let (whole, frac) = t.split_once('.').unwrap_or((t, ""));
+    if whole.is_empty() && frac.is_empty() {
+        return None;
+    }
+    let secs = if whole.is_empty() { 0 } else { whole.parse::<u64>().ok()? };
+    let nanos = frac.bytes().chain(std::iter::repeat(b'0')).take(9).fold(0, |n, d| n * 10 + u32::from(d - b'0'));
+    Some(Duration::new(secs, nanos))
+}
+
 /// `1.5s`, `300ms`, `2m`: short, unquoted in logfmt, and read back by `parse`.
 pub fn show(d: Duration) -> String {
-    let ms = d.as_millis();
+    // u64, not the u128 of as_millis: its Display would be another KiB.
+    let ms = d.as_secs().saturating_mul(1000).saturating_add(u64::from(d.subsec_millis()));
     if ms < 1000 {
         format!("{ms}ms")
     } else if ms.is_multiple_of(60_000) {
@@ -51,12 +62,21 @@ mod tests {
 
     #[test]
     fn parses_humantime_and_bare_seconds() {
-        for (text, want) in [("8", ms(8000)), ("0.5", ms(500)), ("500ms", ms(500)), ("1m30s", ms(90_000)), ("0", ms(0))]
-        {
+        for (text, want) in [
+            ("8", ms(8000)),
+            ("0.5", ms(500)),
+            (".25", ms(250)),
+            ("5.", ms(5000)),
+            ("1.0000000019", Duration::new(1, 1)),
+            ("0.1", ms(100)),
+            ("500ms", ms(500)),
+            ("1m30s", ms(90_000)),
+            ("0", ms(0)),
+        ] {
             assert_eq!(parse(text), Ok(want), "{text}");
         }
         for text in
-            ["", "abc", "-1s", "-1", "1.2.3", "5 parsecs", "1e3", "366d", "10000000000000000000", "99999999999y"]
+            ["", ".", "abc", "-1s", "-1", "1.2.3", "5 parsecs", "1e3", "366d", "10000000000000000000", "99999999999y"]
         {
             assert!(parse(text).is_err(), "{text}");
         }
