@@ -32,7 +32,7 @@ use crate::reap::{self, Left, Outcome};
 use crate::retry_after::{self, RetryAfter};
 use crate::signals::{SIGCHLD, SIGKILL, SignalSource, Signo};
 use crate::spawn::{Program, Spawner};
-use crate::supervisor::{self, Action, Input, Supervisor};
+use crate::supervisor::{self, Action, Input, Now, Supervisor};
 use crate::sys;
 use crate::tty;
 
@@ -143,17 +143,17 @@ struct Turns {
 impl Turns {
     fn run<O: Os>(&mut self, supervisor: &mut Supervisor, exec: &mut Executor, os: &mut O) -> Code {
         supervisor.start(&mut self.actions);
-        if let Some(code) = self.carry_out(supervisor, exec, Instant::now()) {
+        if let Some(code) = self.carry_out(supervisor, exec, &mut Now::unread()) {
             return code;
         }
         loop {
             self.gather(os, &mut exec.custody, supervisor.next_deadline());
-            let now = Instant::now();
+            let mut now = Now::unread();
             // Taken and put back, so that its allocation serves every turn.
             let mut inputs = std::mem::take(&mut self.inputs);
             for input in inputs.drain(..) {
-                supervisor.handle(input, now, &mut self.actions);
-                if let Some(code) = self.carry_out(supervisor, exec, now) {
+                supervisor.handle(input, &mut now, &mut self.actions);
+                if let Some(code) = self.carry_out(supervisor, exec, &mut now) {
                     return code;
                 }
             }
@@ -219,7 +219,7 @@ impl Turns {
 
     /// Carry out the actions of the input just fed, and feed each answer
     /// right after it. Some(code): drainit exits now.
-    fn carry_out(&mut self, supervisor: &mut Supervisor, exec: &mut Executor, now: Instant) -> Option<Code> {
+    fn carry_out(&mut self, supervisor: &mut Supervisor, exec: &mut Executor, now: &mut Now) -> Option<Code> {
         loop {
             for action in self.actions.drain(..) {
                 match exec.carry_out(action) {

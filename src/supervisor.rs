@@ -1,7 +1,7 @@
 //! The lifecycle as an explicit state machine: starting, running, delaying a
 //! stop, stopping with a deadline, draining what is left, sleeping before a
 //! restart, finishing, done. Inputs are values (a signal number, a reaped
-//! status, the answer to an action, `now`); outputs are `Action`s for the
+//! status, the answer to an action, the turn's `Now`); outputs are `Action`s for the
 //! event loop to carry out. Nothing here makes a syscall, so every
 //! transition is tested below as a table, without a process.
 
@@ -13,13 +13,36 @@ use crate::exit::{Code, Remap, Summary};
 use crate::reap::Outcome;
 use crate::signals::{self, Rewrite, SIGKILL, SIGTERM, Signo};
 
+/// The time of one turn of the event loop, read at its first use and then
+/// the same for every input of the turn. A signal that is only forwarded
+/// never reads it, so the kill goes out before the clock is read: a read of
+/// a clock that idled cold (the vDSO's data page, its cache lines) was ~2 us
+/// of the forwarding latency (bench/RESULTS.md).
+pub struct Now(Option<Instant>);
+
+impl Now {
+    pub fn unread() -> Now {
+        Now(None)
+    }
+
+    #[cfg(test)]
+    pub fn at(t: Instant) -> Now {
+        Now(Some(t))
+    }
+
+    pub fn get(&mut self) -> Instant {
+        *self.0.get_or_insert_with(Instant::now)
+    }
+}
+
 /// What happened. Within one turn the event loop feeds them in this order,
 /// which the transitions rely on: the answers to the actions of the input
 /// before (`Spawned`, `SpawnFailed`, `RetryAfter`, `Killed`) come first, then
 /// the signals read, then each reaped child, then `Children` once a reaping
 /// round is complete, then `Tick`. So a signal read in the same turn as the
 /// worker's exit is handled while the worker still counts as running (it
-/// goes to what is left of its group), and the clock is read last.
+/// goes to what is left of its group). The clock is read when an input
+/// first needs it (`Now`), at the latest by `Tick`.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Input {
     /// Answer to `Spawn` or `SpawnFinish`: the new process group's leader.
@@ -228,25 +251,25 @@ impl Supervisor {
         }
     }
 
-    pub fn handle(&mut self, input: Input, now: Instant, out: &mut Vec<Action>) {
+    pub fn handle(&mut self, input: Input, now: &mut Now, out: &mut Vec<Action>) {
         match input {
             Input::Spawned(pid) => self.spawned(pid, out),
             Input::SpawnFailed(code) => match self.phase {
                 // No worker ran: drainit's own code, never remapped, no finish program.
-                Phase::Starting => self.exit(Ending { code, remapped_from: None }, now, out),
-                Phase::StartingFinish { ending, .. } => self.exit(ending, now, out),
+                Phase::Starting => self.exit(Ending { code, remapped_from: None }, now.get(), out),
+                Phase::StartingFinish { ending, .. } => self.exit(ending, now.get(), out),
                 _ => {}
             },
             Input::Signal(sig) => self.signal(sig, now, out),
-            Input::Reaped(pid, outcome) => self.reaped(pid, outcome, now, out),
+            Input::Reaped(pid, outcome) => self.reaped(pid, outcome, now.get(), out),
             Input::RetryAfter(requested) => self.requested = requested,
             Input::Killed(count) => {
                 self.deadline_reached = true;
                 self.killed = count;
                 out.push(Action::Log(Event::DeadlineReached { remaining: count }));
             }
-            Input::Children { left } => self.children(left, now, out),
-            Input::Tick => self.tick(now, out),
+            Input::Children { left } => self.children(left, now.get(), out),
+            Input::Tick => self.tick(now.get(), out),
         }
     }
 
@@ -264,14 +287,14 @@ impl Supervisor {
         }
     }
 
-    fn signal(&mut self, sig: Signo, now: Instant, out: &mut Vec<Action>) {
+    fn signal(&mut self, sig: Signo, now: &mut Now, out: &mut Vec<Action>) {
         if signals::is_stop(sig) && self.stop.is_none() {
-            return self.first_stop(sig, now, out);
+            return self.first_stop(sig, now.get(), out);
         }
         match self.phase {
             Phase::DelayingStop { worker, .. } if signals::is_stop(sig) => {
                 // An impatient second stop ends the delay, and goes out itself.
-                self.forward_stop(sig, worker, now, out);
+                self.forward_stop(sig, worker, now.get(), out);
             }
             Phase::Running { .. }
             | Phase::DelayingStop { .. }
@@ -512,7 +535,7 @@ mod tests {
         /// Feed `input` at t + `at` ms; the actions, briefly.
         fn feed(&mut self, at: u64, input: Input) -> Vec<String> {
             let mut out = Vec::new();
-            self.s.handle(input, self.t + ms(at), &mut out);
+            self.s.handle(input, &mut Now::at(self.t + ms(at)), &mut out);
             out.iter().map(brief).collect()
         }
 
@@ -761,7 +784,7 @@ mod tests {
         let mut st = delaying();
         assert_eq!(st.deadline(), Some(ms(2000)), "the delay's own timer");
         let mut out = Vec::new();
-        st.s.handle(Tick, st.t + ms(2000), &mut out);
+        st.s.handle(Tick, &mut Now::at(st.t + ms(2000)), &mut out);
         assert_eq!(
             out[1],
             Action::Log(Event::StopForwarded { signal: SIGTERM, waited: ms(2000) }),
@@ -775,7 +798,7 @@ mod tests {
     fn the_delay_is_logged_with_the_stop() {
         let mut st = running(Policy { stop_delay: ms(2000), ..policy() });
         let mut out = Vec::new();
-        st.s.handle(Signal(SIGTERM), st.t, &mut out);
+        st.s.handle(Signal(SIGTERM), &mut Now::at(st.t), &mut out);
         assert_eq!(
             out[0],
             Action::Log(Event::StopRequested { signal: SIGTERM, grace: ms(5000), delay: Some(ms(2000)) })
@@ -801,7 +824,7 @@ mod tests {
         let mut st = killed();
         st.feed(5001, Reaped(W, Outcome::Signaled(9)));
         let mut out = Vec::new();
-        st.s.handle(Children { left: false }, st.t + ms(5002), &mut out);
+        st.s.handle(Children { left: false }, &mut Now::at(st.t + ms(5002)), &mut out);
         assert_eq!(out[0], Action::Log(Event::Exit { code: 137, remapped_from: None }));
         assert_eq!(
             out[1],
@@ -845,7 +868,7 @@ mod tests {
         st.feed(0, RetryAfter(None));
         assert_eq!(st.feed(0, Children { left: true }), Vec::<String>::new(), "no sleep while a leftover lives");
         let mut out = Vec::new();
-        st.s.handle(Children { left: false }, st.t + ms(10), &mut out);
+        st.s.handle(Children { left: false }, &mut Now::at(st.t + ms(10)), &mut out);
         let [Action::Log(Event::Backoff { attempt: 1, code: 75, delay })] = out.as_slice() else { panic!("{out:?}") };
         assert!(*delay >= ms(500) && *delay <= ms(1000));
         let wake = 10 + delay.as_millis() as u64;
@@ -861,7 +884,7 @@ mod tests {
         let mut st = draining(policy(), 75);
         st.feed(0, RetryAfter(Some(ms(300))));
         let mut out = Vec::new();
-        st.s.handle(Children { left: false }, st.t, &mut out);
+        st.s.handle(Children { left: false }, &mut Now::at(st.t), &mut out);
         assert_eq!(out, vec![Action::Log(Event::Backoff { attempt: 1, code: 75, delay: ms(300) })]);
     }
 
@@ -873,7 +896,7 @@ mod tests {
         for (attempt, sleep) in [(1, 4000), (2, 4000), (3, 2000)] {
             st.feed_all(&[(now, Reaped(W, exited(75))), (now, RetryAfter(Some(ms(4000))))]);
             let mut out = Vec::new();
-            st.s.handle(Children { left: false }, st.t + ms(now), &mut out);
+            st.s.handle(Children { left: false }, &mut Now::at(st.t + ms(now)), &mut out);
             assert_eq!(out, vec![Action::Log(Event::Backoff { attempt, code: 75, delay: ms(sleep) })]);
             now += sleep;
             st.feed_all(&[(now, Tick), (now, Spawned(W))]);
@@ -909,7 +932,7 @@ mod tests {
         let mut st = running(remap());
         st.feed(0, Reaped(W, Outcome::Signaled(SIGTERM)));
         let mut out = Vec::new();
-        st.s.handle(Children { left: false }, st.t, &mut out);
+        st.s.handle(Children { left: false }, &mut Now::at(st.t), &mut out);
         assert_eq!(out[0], Action::Log(Event::Exit { code: 0, remapped_from: Some(143) }));
         // Stop during a backoff sleep: 143, remapped.
         let mut st = draining(remap(), 75);
@@ -925,7 +948,7 @@ mod tests {
         let mut st = running(with_finish());
         st.feed_all(&[(0, Signal(SIGTERM)), (5000, Tick), (5000, Killed(1)), (5001, Reaped(W, Outcome::Signaled(9)))]);
         let mut out = Vec::new();
-        st.s.handle(Children { left: false }, st.t + ms(5002), &mut out);
+        st.s.handle(Children { left: false }, &mut Now::at(st.t + ms(5002)), &mut out);
         assert_eq!(
             out,
             vec![Action::SpawnFinish(FinishEnv {
@@ -976,7 +999,7 @@ mod tests {
         let mut st = finishing();
         st.feed(3000, Tick);
         let mut out = Vec::new();
-        st.s.handle(Reaped(F, Outcome::Signaled(9)), st.t + ms(3001), &mut out);
+        st.s.handle(Reaped(F, Outcome::Signaled(9)), &mut Now::at(st.t + ms(3001)), &mut out);
         assert_eq!(out[0], Action::Log(Event::FinishExited { pid: F, outcome: Outcome::Signaled(9), timed_out: true }));
         assert_eq!(st.feed(3001, Children { left: true }), ["all SIGKILL"]);
         assert_eq!(st.feed(3002, Children { left: false }), ["log exit", "exit 4"]);
