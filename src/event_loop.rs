@@ -278,6 +278,10 @@ impl Executor {
             }
             Action::Deadline => Done::Answer(Input::Killed(self.signal_all(SIGKILL, true))),
             Action::ReadRetryAfter => Done::Answer(Input::RetryAfter(self.retry_after.take())),
+            Action::DropRetryAfter => {
+                self.retry_after.remove_dir();
+                Done::Nothing
+            }
             Action::CreateDrainFile => {
                 if let Some(file) = &self.drain_file {
                     file.create();

@@ -73,17 +73,18 @@ impl RetryAfter {
         }
     }
 
-    /// Remove drainit's own directory, at exit: usually empty (drainit
-    /// removes the file once read). The worker may have left more in it;
-    /// remove_dir_all never follows a link out of it.
-    pub fn remove_dir(&self) {
-        let Some(dir) = &self.dir else { return };
-        if fs::remove_dir(dir).is_ok() {
+    /// Remove drainit's own directory: once a stop makes a restart
+    /// impossible, else at exit. Usually empty (drainit removes the file
+    /// once read). The worker may have left more in it; remove_dir_all
+    /// never follows a link out of it.
+    pub fn remove_dir(&mut self) {
+        let Some(dir) = self.dir.take() else { return };
+        if fs::remove_dir(&dir).is_ok() {
             return;
         }
         self.clear();
-        if fs::remove_dir(dir).is_err() {
-            let _ = fs::remove_dir_all(dir);
+        if fs::remove_dir(&dir).is_err() {
+            let _ = fs::remove_dir_all(&dir);
         }
     }
 

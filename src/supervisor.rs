@@ -84,6 +84,10 @@ pub enum Action {
     Deadline,
     /// Read (and remove) the worker's retry-after file; answered by `RetryAfter`.
     ReadRetryAfter,
+    /// No restart can follow any more (a stop is under way): remove the
+    /// retry-after file's directory now, while the worker stops, rather
+    /// than on the exit path (an rmdir on a disk takes 0.2 ms and more).
+    DropRetryAfter,
     /// Create the drain file, if one is configured.
     CreateDrainFile,
     Log(Event),
@@ -336,6 +340,10 @@ impl Supervisor {
             Phase::Starting | Phase::StartingFinish { .. } | Phase::DelayingStop { .. } => {}
             Phase::Stopping { .. } | Phase::Done => {}
         }
+        // After the signal: the kill goes out first.
+        if !matches!(self.phase, Phase::Done) {
+            out.push(Action::DropRetryAfter);
+        }
     }
 
     /// The stop signal reaches the worker: the delay (if any) is over.
@@ -573,6 +581,7 @@ mod tests {
             Action::SignalAll(sig) => format!("all {}", signals::name(*sig)),
             Action::Deadline => "deadline".into(),
             Action::ReadRetryAfter => "read_retry_after".into(),
+            Action::DropRetryAfter => "drop_retry_after".into(),
             Action::CreateDrainFile => "drain_file".into(),
             Action::Log(e) => {
                 format!("log {}", e.to_string().split(' ').next().unwrap_or("").trim_start_matches("event="))
@@ -644,7 +653,7 @@ mod tests {
                 || running(policy()),
                 0,
                 Signal(SIGTERM),
-                &["log stop_requested", "drain_file", "forward SIGTERM"],
+                &["log stop_requested", "drain_file", "forward SIGTERM", "drop_retry_after"],
                 "stopping",
             ),
             (
@@ -652,7 +661,7 @@ mod tests {
                 || running(Policy { stop_delay: ms(2000), ..policy() }),
                 0,
                 Signal(SIGINT),
-                &["log stop_requested", "drain_file"],
+                &["log stop_requested", "drain_file", "drop_retry_after"],
                 "delaying_stop",
             ),
             ("exit", || running(policy()), 0, Reaped(W, exited(3)), &["log child_exited", "all SIGTERM"], "draining"),
@@ -697,7 +706,7 @@ mod tests {
                 || draining(policy(), 75),
                 10,
                 Signal(SIGINT),
-                &["log stop_requested", "drain_file", "forward SIGINT"],
+                &["log stop_requested", "drain_file", "forward SIGINT", "drop_retry_after"],
                 "draining",
             ),
             ("backoff", || draining(policy(), 75), 10, Children { left: false }, &["log backoff"], "sleeping"),
@@ -751,7 +760,7 @@ mod tests {
                 finishing,
                 100,
                 Signal(SIGTERM),
-                &["log stop_requested", "drain_file", "forward SIGTERM"],
+                &["log stop_requested", "drain_file", "forward SIGTERM", "drop_retry_after"],
                 "finishing",
             ),
             ("finish bound", finishing, 3000, Tick, &["all SIGKILL"], "finishing"),
@@ -768,7 +777,10 @@ mod tests {
     fn rewriting_is_applied_after_the_stop_is_judged() {
         let mut st = running(Policy { rewrite: Rewrite::parse(["TERM:QUIT", "USR1:0"]).unwrap(), ..policy() });
         assert_eq!(st.feed(0, Signal(USR1)), Vec::<String>::new());
-        assert_eq!(st.feed(0, Signal(SIGTERM)), ["log stop_requested", "drain_file", "forward SIGQUIT"]);
+        assert_eq!(
+            st.feed(0, Signal(SIGTERM)),
+            ["log stop_requested", "drain_file", "forward SIGQUIT", "drop_retry_after"]
+        );
         assert_eq!(st.deadline(), Some(ms(5000)));
     }
 
@@ -808,7 +820,10 @@ mod tests {
     #[test]
     fn a_stop_after_the_worker_exited_is_not_delayed() {
         let mut st = draining(Policy { stop_delay: ms(2000), ..policy() }, 0);
-        assert_eq!(st.feed(10, Signal(SIGTERM)), ["log stop_requested", "drain_file", "forward SIGTERM"]);
+        assert_eq!(
+            st.feed(10, Signal(SIGTERM)),
+            ["log stop_requested", "drain_file", "forward SIGTERM", "drop_retry_after"]
+        );
     }
 
     #[test]

@@ -284,6 +284,26 @@ per_mode! {
     }
 }
 
+per_mode! {
+    /// No restart follows a stop, so the directory goes as soon as the stop
+    /// signal is out, while the worker still runs: its rmdir is off the
+    /// path from the stop to drainit's exit.
+    fn a_stop_removes_the_directory_while_the_worker_stops(mode) {
+        let dir = Scratch::new("ra-stop");
+        let script = "d=$(dirname \"$DRAINIT_RETRY_AFTER_FILE\"); [ -d \"$d\" ] || echo missing; \
+                      trap 'i=0; while [ -d \"$d\" ] && [ $i -lt 100 ]; do sleep 0.02; i=$((i+1)); done; \
+                      if [ -d \"$d\" ]; then echo there; else echo gone; fi; exit 0' TERM; \
+                      echo ready >&2; while :; do sleep 0.05; done";
+        let mut run = drainit(mode, sh(script)).env("TMPDIR", &dir.0).spawn();
+        assert!(run.wait_log(&["ready"], secs(5)), "{}", run.log());
+        run.signal(libc::SIGTERM);
+        let ended = run.wait(secs(10));
+        assert_eq!(ended.code, Some(0), "{}", run.log());
+        assert_eq!(run.stdout(), "gone\n", "{}", run.log());
+        assert_eq!(std::fs::read_dir(&dir.0).unwrap().count(), 0, "left in $TMPDIR");
+    }
+}
+
 /// Where the file once was, `$TMPDIR/drainit-PID.retry-after` (PID 1 in a
 /// container), a link planted by another user is never followed: drainit
 /// does not use that name at all.
