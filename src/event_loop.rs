@@ -294,7 +294,7 @@ impl Executor {
             }
             Action::Exit(summary) => {
                 if let Some(path) = &self.termination_log {
-                    files::write_termination_log(path, &summary.to_string());
+                    files::write_termination_log(path, &summary);
                 }
                 self.retry_after.remove_dir();
                 Done::Exit(summary.code)

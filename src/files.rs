@@ -53,11 +53,11 @@ impl DrainFile {
 /// regular file (checked on the opened file) and is empty: a message the
 /// worker wrote wins, and nothing is ever created. Never blocks: a FIFO at
 /// the path is opened non-blocking and then refused.
-pub fn write_termination_log(path: &Path, line: &str) {
+pub fn write_termination_log(path: &Path, line: &dyn std::fmt::Display) {
     const WHAT: &str = "termination_log";
     // Outside Kubernetes the path is usually missing: say nothing then, and
     // need no fd to find that out (under a tight RLIMIT_NOFILE, an open
-    // would fail with EMFILE first).
+    // would fail with EMFILE first), nor format the line (a stop waits).
     if lstat(path).is_err_and(|e| e == Errno::ENOENT) {
         return;
     }
