@@ -1,11 +1,14 @@
 //! The event loop: it waits, reads, and carries out; the supervisor decides.
 //! Each turn blocks once (ppoll on the signalfd, plus stderr while log lines
-//! wait for it) with a timeout that is the time left to the supervisor's
-//! next deadline: none when idle, so idle costs no wakeup. Then it gathers
-//! the turn's inputs in the order the supervisor relies on (signals, each
-//! reaped child, the end of the reaping round, the clock), a bounded batch
-//! of each, and feeds them one at a time. An action's answer (a spawned pid,
-//! a retry-after value, a kill count) is fed next, before the next input.
+//! wait for it; idle, a blocking read of the signalfd) with a timeout that
+//! is the time left to the supervisor's next deadline: none when idle, so
+//! idle costs no wakeup. Then it takes the turn's inputs in the order the
+//! supervisor relies on (signals, each reaped child, the end of the reaping
+//! round, the clock), a bounded batch of each, one at a time. Each signal is
+//! handled as it is read, and one the supervisor says is only forwarded
+//! (`only_forwarded`) is sent there and then: the shortest path from the
+//! signalfd to the worker's group. An action's answer (a spawned pid, a
+//! retry-after value, a kill count) is fed next, before the next input.
 //!
 //! Loop errors: setup may fail (drainit exits 2 or 125 before the worker
 //! starts), but once the worker runs, an error from ppoll or the signalfd
@@ -132,12 +135,10 @@ fn programs(config: &Config) -> Result<(Program, Option<Program>), String> {
 /// The turns of the loop: what one turn gathered, and what is being fed.
 #[derive(Default)]
 struct Turns {
-    inputs: Vec<Input>,
+    gather: Gather,
     /// Answers to actions, fed before the next gathered input.
     queue: VecDeque<Input>,
     actions: Vec<Action>,
-    /// Loop errors in a row: the first of a streak is logged.
-    errors: u32,
 }
 
 impl Turns {
@@ -147,74 +148,48 @@ impl Turns {
             return code;
         }
         loop {
-            self.gather(os, &mut exec.custody, supervisor.next_deadline());
+            self.gather.wait(os, &mut exec.custody, supervisor.next_deadline());
             let mut now = Now::unread();
-            // Taken and put back, so that its allocation serves every turn.
-            let mut inputs = std::mem::take(&mut self.inputs);
-            for input in inputs.drain(..) {
+            // Each signal is handled as it is read: a forward goes out with
+            // the least work ahead of it (each step before the kill touches
+            // cache lines that went cold while drainit slept).
+            let mut exit = None;
+            let mut gather = std::mem::take(&mut self.gather);
+            let read = gather.signals(os, &mut |sig| {
+                if exit.is_none() {
+                    exit = self.signal(sig, supervisor, exec, &mut now);
+                }
+            });
+            if let Some(code) = exit {
+                return code;
+            }
+            gather.rest(os, &mut exec.custody, read);
+            // Taken and put back, so that its allocations serve every turn.
+            for input in gather.inputs.drain(..) {
                 supervisor.handle(input, &mut now, &mut self.actions);
                 if let Some(code) = self.carry_out(supervisor, exec, &mut now) {
                     return code;
                 }
             }
-            self.inputs = inputs;
+            self.gather = gather;
         }
     }
 
-    /// Wait, then collect this turn's inputs in the supervisor's order.
-    fn gather<O: Os>(&mut self, os: &mut O, custody: &mut Custody, deadline: Option<Instant>) {
-        let timeout = if custody.reap_pending() {
-            Some(Duration::ZERO)
-        } else {
-            deadline.map(|at| at.saturating_duration_since(Instant::now()))
-        };
-        let errors = self.errors;
-        match os.wait(timeout, logging::waiting_fd()) {
-            Ok(true) => logging::flush(),
-            Ok(false) => {}
-            Err(e) => self.loop_error("ppoll", e, custody),
-        }
-        // A bounded batch of each, so that senders that never stop cannot
-        // keep the loop from reaping and from the deadline.
-        let inputs = &mut self.inputs;
-        let mut sigchld = false;
-        let read = os.signals(SIGNALS_PER_TURN, &mut |sig| {
-            if sig == SIGCHLD {
-                sigchld = true;
-            } else {
-                inputs.push(Input::Signal(sig));
+    /// One signal, as read: a plain forward is sent at once; anything else
+    /// is the supervisor's input. Some(code): drainit exits now.
+    fn signal(&mut self, sig: Signo, supervisor: &mut Supervisor, exec: &mut Executor, now: &mut Now) -> Option<Code> {
+        match supervisor.only_forwarded(sig) {
+            Some(to) => {
+                if let Some(to) = to {
+                    exec.forward(to);
+                }
+                None
             }
-        });
-        if sigchld {
-            custody.sigchld();
-        }
-        if let Err(e) = read {
-            self.loop_error("signalfd", e, custody);
-        }
-        if self.errors == errors {
-            // A turn without an error ends a streak.
-            self.errors = 0;
-        }
-        if custody.take_reap() {
-            let before = self.inputs.len();
-            let inputs = &mut self.inputs;
-            let left = os.reap(REAPED_PER_TURN, &mut |pid, outcome| {
-                custody.reaped(pid);
-                inputs.push(Input::Reaped(pid, outcome));
-            });
-            if let Some(left) = custody.round_ended(self.inputs.len() > before, left) {
-                self.inputs.push(Input::Children { left });
+            None => {
+                supervisor.handle(Input::Signal(sig), now, &mut self.actions);
+                self.carry_out(supervisor, exec, now)
             }
         }
-        self.inputs.push(Input::Tick);
-    }
-
-    fn loop_error(&mut self, what: &'static str, error: Errno, custody: &mut Custody) {
-        if self.errors == 0 {
-            Event::LoopError { what, error: error.desc().to_string() }.emit();
-        }
-        self.errors = self.errors.saturating_add(1);
-        custody.loop_error();
     }
 
     /// Carry out the actions of the input just fed, and feed each answer
@@ -231,6 +206,84 @@ impl Turns {
             let input = self.queue.pop_front()?;
             supervisor.handle(input, now, &mut self.actions);
         }
+    }
+}
+
+/// What one turn gathers besides its signals, in the supervisor's order:
+/// each reaped child, the end of the reaping round, the clock (`Tick`).
+#[derive(Default)]
+struct Gather {
+    inputs: Vec<Input>,
+    sigchld: bool,
+    /// Loop errors in a row: the first of a streak is logged.
+    errors: u32,
+    /// `errors` when the turn began.
+    before: u32,
+}
+
+impl Gather {
+    /// Block until a signal, the next deadline, or stderr can take the
+    /// lines that wait for it.
+    fn wait<O: Os>(&mut self, os: &mut O, custody: &mut Custody, deadline: Option<Instant>) {
+        self.before = self.errors;
+        let timeout = if custody.reap_pending() {
+            Some(Duration::ZERO)
+        } else {
+            deadline.map(|at| at.saturating_duration_since(Instant::now()))
+        };
+        match os.wait(timeout, logging::waiting_fd()) {
+            Ok(true) => logging::flush(),
+            Ok(false) => {}
+            Err(e) => self.loop_error("ppoll", e, custody),
+        }
+    }
+
+    /// The signals pending, a bounded batch (senders that never stop must
+    /// not keep the loop from reaping and from the deadline), each passed
+    /// to `each` as it is read; SIGCHLD is only noted.
+    fn signals<O: Os>(&mut self, os: &mut O, each: &mut dyn FnMut(Signo)) -> nix::Result<()> {
+        let sigchld = &mut self.sigchld;
+        os.signals(SIGNALS_PER_TURN, &mut |sig| {
+            if sig == SIGCHLD {
+                *sigchld = true;
+            } else {
+                each(sig);
+            }
+        })
+    }
+
+    /// The rest of the turn, after its signals (`read`: how reading them
+    /// went): a bounded batch of reaped children, then the clock.
+    fn rest<O: Os>(&mut self, os: &mut O, custody: &mut Custody, read: nix::Result<()>) {
+        if std::mem::take(&mut self.sigchld) {
+            custody.sigchld();
+        }
+        if let Err(e) = read {
+            self.loop_error("signalfd", e, custody);
+        }
+        if self.errors == self.before {
+            // A turn without an error ends a streak.
+            self.errors = 0;
+        }
+        if custody.take_reap() {
+            let inputs = &mut self.inputs;
+            let left = os.reap(REAPED_PER_TURN, &mut |pid, outcome| {
+                custody.reaped(pid);
+                inputs.push(Input::Reaped(pid, outcome));
+            });
+            if let Some(left) = custody.round_ended(!self.inputs.is_empty(), left) {
+                self.inputs.push(Input::Children { left });
+            }
+        }
+        self.inputs.push(Input::Tick);
+    }
+
+    fn loop_error(&mut self, what: &'static str, error: Errno, custody: &mut Custody) {
+        if self.errors == 0 {
+            Event::LoopError { what, error: error.desc().to_string() }.emit();
+        }
+        self.errors = self.errors.saturating_add(1);
+        custody.loop_error();
     }
 }
 
@@ -436,17 +489,27 @@ mod tests {
         Failing { wait, read, pending: vec![], exited: vec![], waits: vec![] }
     }
 
+    /// One turn as `Turns::run` gathers it, the signals recorded as inputs
+    /// where run handles them as read.
+    fn turn(gather: &mut Gather, os: &mut Failing, custody: &mut Custody, deadline: Option<Instant>) -> Vec<Input> {
+        gather.wait(os, custody, deadline);
+        let mut inputs = Vec::new();
+        let read = gather.signals(os, &mut |sig| inputs.push(Input::Signal(sig)));
+        gather.rest(os, custody, read);
+        inputs.append(&mut gather.inputs);
+        inputs
+    }
+
     #[test]
     fn a_failed_wait_is_survived_and_reaps() {
-        let mut turns = Turns::default();
+        let mut gather = Gather::default();
         let mut custody = Custody::new(Mode::Pid1, true);
         custody.started(10);
         let mut os = os(Some(Errno::ENOMEM), None);
         os.pending = vec![libc::SIGUSR1];
         os.exited = vec![(10, Outcome::Exited(0))];
-        turns.gather(&mut os, &mut custody, None);
         assert_eq!(
-            turns.inputs,
+            turn(&mut gather, &mut os, &mut custody, None),
             vec![
                 Input::Signal(libc::SIGUSR1),
                 Input::Reaped(10, Outcome::Exited(0)),
@@ -455,28 +518,25 @@ mod tests {
             ],
             "a SIGCHLD the error may have hidden is assumed: the round reaps"
         );
-        assert_eq!(turns.errors, 1);
+        assert_eq!(gather.errors, 1);
         // The streak goes on (logged once), then a good wait ends it.
-        turns.inputs.clear();
-        turns.gather(&mut os, &mut custody, None);
-        assert_eq!(turns.errors, 2);
+        turn(&mut gather, &mut os, &mut custody, None);
+        assert_eq!(gather.errors, 2);
         os.wait = None;
-        turns.inputs.clear();
-        turns.gather(&mut os, &mut custody, None);
-        assert_eq!(turns.errors, 0);
-        assert_eq!(turns.inputs, vec![Input::Tick], "no SIGCHLD, no error: no reaping round");
+        let inputs = turn(&mut gather, &mut os, &mut custody, None);
+        assert_eq!(gather.errors, 0);
+        assert_eq!(inputs, vec![Input::Tick], "no SIGCHLD, no error: no reaping round");
     }
 
     #[test]
     fn a_failed_signal_read_keeps_what_it_read_and_reaps() {
-        let mut turns = Turns::default();
+        let mut gather = Gather::default();
         let mut custody = Custody::new(Mode::Subreaper, true);
         let mut os = os(None, Some(Errno::EINVAL));
         os.pending = vec![libc::SIGTERM];
         os.exited = vec![(7, Outcome::Exited(1))];
-        turns.gather(&mut os, &mut custody, None);
         assert_eq!(
-            turns.inputs,
+            turn(&mut gather, &mut os, &mut custody, None),
             vec![
                 Input::Signal(libc::SIGTERM),
                 Input::Reaped(7, Outcome::Exited(1)),
@@ -484,19 +544,19 @@ mod tests {
                 Input::Tick
             ]
         );
-        assert_eq!(turns.errors, 1);
+        assert_eq!(gather.errors, 1);
     }
 
     #[test]
     fn the_wait_is_as_long_as_the_next_deadline_and_zero_while_reaping_is_behind() {
-        let mut turns = Turns::default();
+        let mut gather = Gather::default();
         let mut custody = Custody::new(Mode::Pid1, true);
         let mut os = os(None, None);
-        turns.gather(&mut os, &mut custody, None);
+        turn(&mut gather, &mut os, &mut custody, None);
         let soon = Instant::now() + Duration::from_secs(5);
-        turns.gather(&mut os, &mut custody, Some(soon));
+        turn(&mut gather, &mut os, &mut custody, Some(soon));
         custody.round_ended(true, Left::More);
-        turns.gather(&mut os, &mut custody, Some(soon));
+        turn(&mut gather, &mut os, &mut custody, Some(soon));
         assert_eq!(os.waits[0], None, "idle: no timeout, no wakeup");
         assert!(os.waits[1].is_some_and(|t| t > Duration::from_secs(4) && t <= Duration::from_secs(5)));
         assert_eq!(os.waits[2], Some(Duration::ZERO));

@@ -38,8 +38,8 @@ impl Now {
 /// What happened. Within one turn the event loop feeds them in this order,
 /// which the transitions rely on: the answers to the actions of the input
 /// before (`Spawned`, `SpawnFailed`, `RetryAfter`, `Killed`) come first, then
-/// the signals read, then each reaped child, then `Children` once a reaping
-/// round is complete, then `Tick`. So a signal read in the same turn as the
+/// the signals read (each as it is read), then each reaped child, then
+/// `Children` once a reaping round is complete, then `Tick`. So a signal read in the same turn as the
 /// worker's exit is handled while the worker still counts as running (it
 /// goes to what is left of its group). The clock is read when an input
 /// first needs it (`Now`), at the latest by `Tick`.
@@ -60,7 +60,8 @@ pub enum Input {
     Children {
         left: bool,
     },
-    /// The clock was read; deadlines up to `now` are due.
+    /// The end of a turn: deadlines up to `now` are due (the clock is read
+    /// only when one is pending).
     Tick,
 }
 
@@ -273,6 +274,10 @@ impl Supervisor {
                 out.push(Action::Log(Event::DeadlineReached { remaining: count }));
             }
             Input::Children { left } => self.children(left, now.get(), out),
+            // Without a deadline a tick has nothing to do, and the clock is
+            // not read: the turn of a forward ends sooner, and the worker,
+            // perhaps woken on this CPU, runs sooner.
+            Input::Tick if self.next_deadline().is_none() => {}
             Input::Tick => self.tick(now.get(), out),
         }
     }
@@ -291,22 +296,39 @@ impl Supervisor {
         }
     }
 
-    fn signal(&mut self, sig: Signo, now: &mut Now, out: &mut Vec<Action>) {
-        if signals::is_stop(sig) && self.stop.is_none() {
-            return self.first_stop(sig, now.get(), out);
-        }
+    /// What `sig` is rewritten to when forwarding it is all there is to do
+    /// (Some(None): --rewrite drops it); None when `handle` must decide: a
+    /// first stop, a stop during the delay, no worker or finish program to
+    /// receive it. The event loop sends these the moment it reads them.
+    pub fn only_forwarded(&self, sig: Signo) -> Option<Option<Signo>> {
+        let stop = signals::is_stop(sig);
         match self.phase {
-            Phase::DelayingStop { worker, .. } if signals::is_stop(sig) => {
-                // An impatient second stop ends the delay, and goes out itself.
-                self.forward_stop(sig, worker, now.get(), out);
-            }
+            _ if stop && self.stop.is_none() => None,
+            Phase::DelayingStop { .. } if stop => None,
             Phase::Running { .. }
             | Phase::DelayingStop { .. }
             | Phase::Stopping { .. }
             | Phase::Draining { .. }
-            | Phase::Finishing { .. } => self.forward(sig, out),
+            | Phase::Finishing { .. } => Some(self.policy.rewrite.apply(sig)),
+            Phase::Sleeping { .. } | Phase::Starting | Phase::StartingFinish { .. } | Phase::Done => None,
+        }
+    }
+
+    fn signal(&mut self, sig: Signo, now: &mut Now, out: &mut Vec<Action>) {
+        if let Some(to) = self.only_forwarded(sig) {
+            out.extend(to.map(Action::Forward));
+            return;
+        }
+        if signals::is_stop(sig) && self.stop.is_none() {
+            return self.first_stop(sig, now.get(), out);
+        }
+        match self.phase {
+            Phase::DelayingStop { worker, .. } => {
+                // An impatient second stop ends the delay, and goes out itself.
+                self.forward_stop(sig, worker, now.get(), out);
+            }
             Phase::Sleeping { .. } => out.push(Action::Log(Event::SignalDropped { signal: sig })),
-            Phase::Starting | Phase::StartingFinish { .. } | Phase::Done => {}
+            _ => {}
         }
     }
 
@@ -634,6 +656,41 @@ mod tests {
         let mut st = draining(with_finish(), 4);
         st.feed_all(&[(0, Children { left: false }), (0, Spawned(F))]);
         st
+    }
+
+    /// The event loop sends what `only_forwarded` names without feeding the
+    /// signal, so `handle` must do nothing more with it: no other action,
+    /// no change of phase (the table above says which phases forward what).
+    #[test]
+    fn a_plain_forward_is_all_handle_does_with_the_signal() {
+        fn rewriting() -> Policy {
+            Policy { rewrite: Rewrite::parse(["USR2:0", "TERM:QUIT", "HUP:INT"]).unwrap(), ..policy() }
+        }
+        type Start = (&'static str, fn() -> Story);
+        let starts: &[Start] = &[
+            ("starting", || Story::new(policy())),
+            ("running", || running(policy())),
+            ("running, rewriting", || running(rewriting())),
+            ("delaying", delaying),
+            ("stopping", stopping),
+            ("killed", killed),
+            ("draining", || draining(policy(), 3)),
+            ("draining a backoff exit", || draining(policy(), 75)),
+            ("sleeping", sleeping),
+            ("finishing", finishing),
+        ];
+        for (name, start) in starts {
+            for sig in [HUP, SIGINT, SIGQUIT, SIGTERM, USR1, libc::SIGUSR2, libc::SIGWINCH, 40, 64] {
+                let mut st = start();
+                let plain = st.s.only_forwarded(sig);
+                let (before, actions) = (st.phase(), st.feed(10, Signal(sig)));
+                if let Some(to) = plain {
+                    let want: Vec<String> = to.map(|to| format!("forward {}", signals::name(to))).into_iter().collect();
+                    assert_eq!(actions, want, "{name}, {}", signals::name(sig));
+                    assert_eq!(st.phase(), before, "{name}, {}: a plain forward changed the phase", signals::name(sig));
+                }
+            }
+        }
     }
 
     /// phase x input -> actions + phase. Times in ms after the story's start;
