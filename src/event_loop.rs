@@ -154,6 +154,8 @@ impl Turns {
             // the least work ahead of it (each step before the kill touches
             // cache lines that went cold while drainit slept).
             let mut exit = None;
+            // Taken (for the callback to borrow self) and put back, so that
+            // its allocations serve every turn.
             let mut gather = std::mem::take(&mut self.gather);
             let read = gather.signals(os, &mut |sig| {
                 if exit.is_none() {
@@ -164,7 +166,6 @@ impl Turns {
                 return code;
             }
             gather.rest(os, &mut exec.custody, read);
-            // Taken and put back, so that its allocations serve every turn.
             for input in gather.inputs.drain(..) {
                 supervisor.handle(input, &mut now, &mut self.actions);
                 if let Some(code) = self.carry_out(supervisor, exec, &mut now) {
