@@ -79,10 +79,6 @@ impl RetryAfter {
     /// never follows a link out of it.
     pub fn remove_dir(&mut self) {
         let Some(dir) = self.dir.take() else { return };
-        if fs::remove_dir(&dir).is_ok() {
-            return;
-        }
-        self.clear();
         if fs::remove_dir(&dir).is_err() {
             let _ = fs::remove_dir_all(&dir);
         }

@@ -1,9 +1,9 @@
 //! The lifecycle as an explicit state machine: starting, running, delaying a
 //! stop, stopping with a deadline, draining what is left, sleeping before a
 //! restart, finishing, done. Inputs are values (a signal number, a reaped
-//! status, the answer to an action, the turn's `Now`); outputs are `Action`s for the
-//! event loop to carry out. Nothing here makes a syscall, so every
-//! transition is tested below as a table, without a process.
+//! status, the answer to an action, the turn's `Now`); outputs are
+//! `Action`s for the event loop to carry out. Nothing here makes a syscall,
+//! so every transition is tested below as a table, without a process.
 
 use std::time::{Duration, Instant};
 
@@ -39,10 +39,11 @@ impl Now {
 /// which the transitions rely on: the answers to the actions of the input
 /// before (`Spawned`, `SpawnFailed`, `RetryAfter`, `Killed`) come first, then
 /// the signals read (each as it is read), then each reaped child, then
-/// `Children` once a reaping round is complete, then `Tick`. So a signal read in the same turn as the
-/// worker's exit is handled while the worker still counts as running (it
-/// goes to what is left of its group). The clock is read when an input
-/// first needs it (`Now`), at the latest by `Tick`.
+/// `Children` once a reaping round is complete, then `Tick`. So a signal
+/// read in the same turn as the worker's exit is handled while the worker
+/// still counts as running (it goes to what is left of its group). The
+/// clock is read when an input first needs it (`Now`), at the latest by a
+/// `Tick` with a deadline pending.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Input {
     /// Answer to `Spawn` or `SpawnFinish`: the new process group's leader.
