@@ -1,17 +1,17 @@
-//! The event loop: it waits, reads, and carries out; the supervisor decides.
-//! Each turn blocks once (ppoll on the signalfd, plus stderr while log lines
-//! wait for it; idle, a blocking read of the signalfd) with a timeout that
-//! is the time left to the supervisor's next deadline: none when idle, so
-//! idle costs no wakeup. Then it takes the turn's inputs in the order the
+//! The event loop: it waits, takes, and carries out; the supervisor decides.
+//! Each turn blocks once (in rt_sigtimedwait for the first signal; while log
+//! lines wait for stderr, in ppoll on the signalfd and stderr) with a timeout
+//! that is the time left to the supervisor's next deadline: none when idle,
+//! so idle costs no wakeup. Then it takes the turn's inputs in the order the
 //! supervisor relies on (signals, each reaped child, the end of the reaping
 //! round, the clock), a bounded batch of each, one at a time. Each signal is
-//! handled as it is read, and one the supervisor says is only forwarded
+//! handled as it is taken, and one the supervisor says is only forwarded
 //! (`only_forwarded`) is sent there and then: the shortest path from the
-//! signalfd to the worker's group. An action's answer (a spawned pid, a
+//! wait to the worker's group. An action's answer (a spawned pid, a
 //! retry-after value, a kill count) is fed next, before the next input.
 //!
 //! Loop errors: setup may fail (drainit exits 2 or 125 before the worker
-//! starts), but once the worker runs, an error from ppoll or the signalfd
+//! starts), but once the worker runs, an error from the wait or the take
 //! (ENOMEM under memory pressure is the plausible one) is a warning, once
 //! per streak, and the turn goes on as if a child might have exited: it
 //! reaps and reads the clock, so reaping and the deadline still hold. Exiting
@@ -260,7 +260,7 @@ impl Gather {
             custody.sigchld();
         }
         if let Err(e) = read {
-            self.loop_error("signalfd", e, custody);
+            self.loop_error("rt_sigtimedwait", e, custody);
         }
         if self.errors == self.before {
             // A turn without an error ends a streak.

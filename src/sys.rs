@@ -3,15 +3,18 @@
 //! invariant that makes its `unsafe` block sound.
 
 use std::ffi::CString;
+use std::mem::MaybeUninit;
 use std::num::NonZeroUsize;
 use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
 use std::ptr::{self, NonNull};
 use std::sync::atomic::{AtomicI32, Ordering};
+use std::time::Duration;
 
 use nix::errno::Errno;
 use nix::sched::CloneFlags;
 use nix::sys::mman::{self, MapFlags, ProtFlags};
 use nix::sys::signal::SigSet;
+use nix::sys::time::TimeSpec;
 use nix::unistd::Pid;
 
 /// drainit's entry point, called by libc's start-up code. Starting here
@@ -375,7 +378,7 @@ pub const SIGRTMAX: i32 = 64;
 pub const SIGRTMIN: i32 = 34;
 
 /// Set the disposition of the signals in `bits` (bit signo - 1) to SIG_DFL.
-/// drainit never installs a handler (it reads signals from a signalfd), and
+/// drainit never installs a handler (it takes signals with rt_sigtimedwait), and
 /// a handler does not survive exec, so only what it inherited as ignored
 /// needs undoing: an ignored SIGCHLD would make the kernel reap children
 /// before drainit can read their status, and ignored dispositions survive
@@ -428,6 +431,28 @@ pub fn set_signal_mask(set: &SigSet) -> nix::Result<()> {
     let rc =
         unsafe { libc::syscall(libc::SYS_rt_sigprocmask, libc::SIG_SETMASK, set.as_ref(), ptr::null_mut::<u8>(), 8) };
     Errno::result(rc).map(drop)
+}
+
+/// Take one pending signal of `bits` (bit signo - 1), the lowest-numbered,
+/// waiting for one at most `timeout` (None: as long as it takes): its number
+/// and its sender's pid. EAGAIN when none came in time. The raw syscall, for
+/// the reason `set_signal_mask` gives; the signals must be blocked (drainit
+/// blocks every one at start), or they are delivered instead.
+pub fn take_signal(bits: u64, timeout: Option<Duration>) -> nix::Result<(i32, i32)> {
+    let timeout = timeout.map(TimeSpec::from);
+    let timeout = timeout.as_ref().map_or(ptr::null(), |t| ptr::from_ref::<libc::timespec>(t.as_ref()));
+    let mut info = MaybeUninit::<libc::siginfo_t>::zeroed();
+    // SAFETY: the set is 8 readable bytes, the kernel's sigset (8 is its
+    // size); `info` is a writable siginfo_t; the timeout is null or points
+    // to a timespec alive for the call.
+    let rc = unsafe { libc::syscall(libc::SYS_rt_sigtimedwait, &raw const bits, info.as_mut_ptr(), timeout, 8) };
+    let signo = Errno::result(rc)?;
+    // SAFETY: zeroed, then filled by the kernel: every field is initialized;
+    // si_pid reads the sender's pid, which the kernel sets for signals sent
+    // by a process and for SIGCHLD (other kinds leave it 0 or a fault
+    // address, never drainit's pid, which is all the caller compares).
+    let pid = unsafe { info.assume_init_ref().si_pid() };
+    Ok((signo as i32, pid))
 }
 
 /// TIOCSCTTY: make the terminal on `fd` the controlling terminal of the

@@ -1,7 +1,8 @@
 //! Storms: drainit under 10,000 signals sent at once from several threads, and
 //! under 100,000 orphans to reap. It stays up, the worker sees at least one of
 //! every kind sent, the deadline holds while the storm goes on, every orphan is
-//! reaped, and drainit's memory does not grow.
+//! reaped, drainit's memory does not grow, and a flood of one low-numbered
+//! signal holds back none above it.
 //!
 //! DRAINIT_LONG=1: 200,000 signals in the first storm, 500,000 orphans in
 //! both modes (the storm through the deadline lasts until drainit exits).
@@ -289,7 +290,7 @@ fn signal_storm_with_stop_signals_then_a_final_sigterm() {
 /// A storm that goes on past the deadline (4 senders, as fast as they can,
 /// until drainit exits, at most 2s): the deadline still holds.
 ///
-/// Only the standard kinds must reach the worker here: signalfd hands out the
+/// Only the standard kinds must reach the worker here: the kernel hands out the
 /// lowest-numbered pending signal first, and under a flood the standard ones
 /// are always pending again, so real-time signals wait until the flood ends
 /// (kernel order, not drainit's choice); by then the worker is dead.
@@ -346,8 +347,8 @@ fn the_deadline_holds_while_a_storm_goes_on() {
         );
         assert_eq!(ended.code, Some(137), "{mode:?}: the deadline's SIGKILL ended the worker; log:\n{}", run.log());
         assert!(early < ms(50), "{mode:?}: drainit ended {early:?} before its deadline");
-        // What this guards against is starvation: before the batch reads and
-        // the narrowed signalfd mask, the deadline came 12-28s late under a
+        // What this guards against is starvation: before drainit took signals
+        // in batches with a guard (now: each kind once a turn), the deadline came 12-28s late under a
         // storm. Four sender threads and the worker on 2 shared cores leave
         // drainit half a core, spent in the kernel queueing and dequeueing
         // signals: the debug build ends 50 ms to 1 s late (the binary before
@@ -364,6 +365,55 @@ fn the_deadline_holds_while_a_storm_goes_on() {
         assert!(!rec.seen().contains(&libc::SIGCHLD), "{mode:?}: drainit forwarded SIGCHLD");
         assert_eq!(run.count_events("stop_requested"), 1, "{mode:?}: the clock starts once");
         check_log_end(&run.log(), 137).unwrap();
+    }
+}
+
+/// Two threads re-raise SIGHUP at drainit as fast as they can, then one
+/// SIGTERM goes out: the kernel hands out the lowest-numbered pending signal
+/// first, and drainit must still take and forward the SIGTERM while the
+/// flood goes on (the worker exits on it: 0). The rule that makes sure of it
+/// (a turn takes each kind once) is pinned down exactly, without senders'
+/// timing, by signals.rs's `a_signal_raised_again_at_each_take_...` test.
+#[test]
+fn a_flood_of_sighup_does_not_hold_back_sigterm() {
+    let _heavy = heavy();
+    for mode in MODES {
+        let dir = Scratch::new("flood");
+        let rec = Recorder::new(&dir, "w").term(Term::Exit);
+        let mut run = drainit(mode, rec.worker()).spawn();
+        assert!(rec.wait_ready(secs(10)), "{mode:?}: worker not ready; {}", run.log());
+        let pidfd = Arc::new(Pidfd::open(run.pid));
+        let stop = Arc::new(AtomicBool::new(false));
+        let flooders: Vec<_> = (0..2)
+            .map(|_| {
+                let (pidfd, stop) = (Arc::clone(&pidfd), Arc::clone(&stop));
+                let start = Instant::now();
+                thread::spawn(move || {
+                    let mut sent = 0u64;
+                    // Bounded: until told, drainit is gone, or 10 s.
+                    while !stop.load(Ordering::Relaxed) && start.elapsed() < secs(10) {
+                        match pidfd.send(libc::SIGHUP) {
+                            Ok(()) => sent += 1,
+                            Err(_) => break,
+                        }
+                    }
+                    sent
+                })
+            })
+            .collect();
+        let flooding = rec.wait_seen(libc::SIGHUP, secs(5));
+        thread::sleep(ms(200)); // the flood at full speed
+        let sent = Instant::now();
+        let _ = pidfd.send(libc::SIGTERM);
+        let exited = wait_until(secs(5), || pidfd.exited());
+        let took = sent.elapsed();
+        stop.store(true, Ordering::Relaxed);
+        let hups: u64 = flooders.into_iter().map(|f| f.join().unwrap()).sum();
+        eprintln!("flood {mode:?}: {hups} SIGHUP sent; SIGTERM -> drainit gone after {took:?} (exited: {exited})");
+        assert!(flooding, "{mode:?}: the worker never saw the flood's SIGHUP; {}", run.log());
+        assert!(exited, "{mode:?}: SIGTERM held back by the SIGHUP flood for {took:?}; log:\n{}", run.log());
+        assert_eq!(run.wait(secs(10)).code, Some(0), "{mode:?}: {}", run.log());
+        assert!(rec.saw(libc::SIGTERM), "{mode:?}: {:?}", rec.seen());
     }
 }
 

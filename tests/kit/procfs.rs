@@ -107,9 +107,16 @@ impl Procfs {
         u64::from_str_radix(&self.status_field(pid, key)?, 16).ok()
     }
 
-    /// Whether `pid` blocks any signal (drainit does, once set up).
+    /// Whether `pid` blocks any signal (drainit does, once set up). While it
+    /// waits in rt_sigtimedwait, the kernel shows the signals waited for as
+    /// unblocked (they are taken by the wait, not delivered), so that wait
+    /// counts as blocking too.
     pub fn blocks_signals(&self, pid: i32) -> bool {
-        self.sig_mask(pid, "SigBlk").is_some_and(|m| m != 0)
+        let in_sigtimedwait = || {
+            let call = self.read(pid, "syscall").unwrap_or_default();
+            call.split_whitespace().next() == Some(&libc::SYS_rt_sigtimedwait.to_string())
+        };
+        self.sig_mask(pid, "SigBlk").is_some_and(|m| m != 0) || in_sigtimedwait()
     }
 
     /// (VmRSS, VmHWM) in KiB; 0 when unknown.
