@@ -2,16 +2,20 @@
  * the SIGUSR1 latency row (bench/RESULTS.md, issue 19); not an init: it
  * reaps only its child.
  *
- *   fwd-probe sfd -- CMD...    waits by reading a signalfd, as drainit does
+ *   fwd-probe sfd -- CMD...    waits by reading a signalfd, as catatonit does
  *   fwd-probe wait -- CMD...   waits in sigwaitinfo, as dumb-init does
+ *   fwd-probe MODE,pgrp -- CMD...  CMD in a process group of its own and
+ *                              signalled by pid, the probe a subreaper: as
+ *                              catatonit starts its child
  *
- * CMD runs in a new session; every signal is blocked, read and sent to its
- * group; fwd-probe exits with CMD's status. Build: gcc -O2 -o fwd-probe
+ * CMD runs in a new session (as dumb-init and drainit start it); every signal
+ * is blocked, read and sent to its group; fwd-probe exits with CMD's status. Build: gcc -O2 -o fwd-probe
  * bench/fwd-probe.c; measure it as bench/run measures an init (its latency
  * function, with `fwd-probe sfd --` as the prefix). */
 #define _GNU_SOURCE
 #include <signal.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -19,7 +23,10 @@
 int main(int argc, char **argv) {
     if (argc < 4 || strcmp(argv[2], "--") != 0)
         return 2;
-    int use_sfd = strcmp(argv[1], "sfd") == 0;
+    int use_sfd = strncmp(argv[1], "sfd", 3) == 0;
+    int pgrp = strstr(argv[1], ",pgrp") != NULL;
+    if (pgrp)
+        prctl(PR_SET_CHILD_SUBREAPER, 1);
     sigset_t all;
     sigfillset(&all);
     sigprocmask(SIG_SETMASK, &all, NULL);
@@ -28,7 +35,10 @@ int main(int argc, char **argv) {
         sigset_t none;
         sigemptyset(&none);
         sigprocmask(SIG_SETMASK, &none, NULL);
-        setsid();
+        if (pgrp)
+            setpgid(0, 0);
+        else
+            setsid();
         execvp(argv[3], argv + 3);
         _exit(127);
     }
@@ -48,7 +58,7 @@ int main(int argc, char **argv) {
         }
         for (int i = 0; i < n; i++) {
             if (sigs[i] != SIGCHLD) {
-                kill(-child, sigs[i]);
+                kill(pgrp ? child : -child, sigs[i]);
                 continue;
             }
             int st;
