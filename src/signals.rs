@@ -138,12 +138,11 @@ pub struct SignalSource {
 /// for stderr), taking the first signal is the whole wait: one syscall per
 /// wakeup, and the kernel wakes a task waiting in rt_sigtimedwait sooner than
 /// one waiting on a signalfd (measured: bench/floor's two probes).
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug)]
 enum Next {
-    /// The first take waits, this long at most (None: until a signal comes).
+    /// The first take waits, this long at most (None: until a signal comes;
+    /// zero when ppoll found signals pending).
     Wait(Option<Duration>),
-    /// ppoll found signals pending.
-    Pending,
     /// ppoll returned for something else: nothing to take.
     Skip,
 }
@@ -170,7 +169,7 @@ impl SignalSource {
         match ppoll(&mut fds, timeout.map(TimeSpec::from), None) {
             Ok(_) => {
                 if fds[0].revents().is_some_and(|r| r.contains(PollFlags::POLLIN)) {
-                    self.next = Next::Pending;
+                    self.next = Next::Wait(Some(Duration::ZERO));
                 }
                 Ok(fds[1].revents().is_some_and(|r| !r.is_empty()))
             }
@@ -192,7 +191,6 @@ impl SignalSource {
     pub fn drain(&mut self, max: usize, mut each: impl FnMut(Signo)) -> nix::Result<()> {
         let mut timeout = match std::mem::replace(&mut self.next, Next::Skip) {
             Next::Skip => return Ok(()),
-            Next::Pending => Some(Duration::ZERO),
             Next::Wait(timeout) => timeout,
         };
         let mut taken: u64 = 0; // bit signo - 1
@@ -291,7 +289,7 @@ mod tests {
         let mut source = SignalSource::open(0).unwrap();
         raise(Signal::SIGTERM).unwrap();
         raise(Signal::SIGHUP).unwrap();
-        source.next = Next::Pending;
+        source.next = Next::Wait(Some(Duration::ZERO));
         let mut taken = Vec::new();
         source
             .drain(64, |sig| {
