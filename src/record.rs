@@ -37,7 +37,7 @@ impl StopReason {
 
 /// The stop under way: its signal (before rewriting), why, and when.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Stop {
+pub struct StopRequest {
     pub signal: Signo,
     pub reason: StopReason,
     pub at: Instant,
@@ -60,7 +60,7 @@ impl Ending {
 #[derive(Clone, Debug, PartialEq)]
 pub struct Record {
     pub attempt: u32,
-    pub stop: Option<Stop>,
+    pub stop: Option<StopRequest>,
     /// How the last worker ended; None while none has.
     pub worker: Option<Outcome>,
     pub deadline_reached: bool,
@@ -165,7 +165,7 @@ mod tests {
     fn record(t0: Instant) -> Record {
         Record {
             attempt: 1,
-            stop: Some(Stop { signal: libc::SIGTERM, reason: StopReason::Signal, at: t0 }),
+            stop: Some(StopRequest { signal: libc::SIGTERM, reason: StopReason::Signal, at: t0 }),
             worker: Some(Outcome::Signaled(9)),
             deadline_reached: true,
             killed: 3,
@@ -193,7 +193,7 @@ mod tests {
             "drainit: code=0 remapped_from=143 worker=exited:4 deadline_reached=0 killed=0 stop=none attempts=2"
         );
         let mut r = record(t0);
-        r.stop = Some(Stop { signal: libc::SIGQUIT, reason: StopReason::Watchdog, at: t0 });
+        r.stop = Some(StopRequest { signal: libc::SIGQUIT, reason: StopReason::Watchdog, at: t0 });
         r.status = Some("in_flight=3 \"job\" ".repeat(40));
         let line = r.to_string();
         assert!(line.contains(" stop=SIGQUIT stop_took=29s attempts=1 reason=watchdog status=\"in_flight=3"), "{line}");

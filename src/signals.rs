@@ -136,7 +136,7 @@ pub struct SignalSource {
 /// While nothing but signals and the clock is waited for (no log line waits
 /// for stderr), taking the first signal is the whole wait: one syscall per
 /// wakeup, and the kernel wakes a task waiting in rt_sigtimedwait sooner than
-/// one waiting on a signalfd (measured: bench/floor's two probes).
+/// one waiting on a signalfd (bench/RESULTS.md).
 #[derive(Clone, Copy, Debug)]
 enum Next {
     /// The first take waits, this long at most (None: until a signal comes;

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use crate::backoff::{self, Backoff, Decision, Jitter};
 use crate::events::Event;
 use crate::exit::{Code, Outcome, Remap};
-use crate::record::{Ending, Record, Stop, StopReason};
+use crate::record::{Ending, Record, StopReason, StopRequest};
 use crate::signals::{self, Rewrite, SIGKILL, SIGTERM, Signo};
 use crate::timers::{Timer, Timers};
 
@@ -362,7 +362,7 @@ impl Supervisor {
         if self.settings.outer {
             out.push(Action::Tell(Tell::Stopping));
         }
-        self.record.stop = Some(Stop { signal: sig, reason, at: now });
+        self.record.stop = Some(StopRequest { signal: sig, reason, at: now });
         self.timers.arm_by(Timer::Grace, now + self.settings.grace);
         self.watch = Watch::Off;
         self.timers.disarm(Timer::Watchdog);
