@@ -36,21 +36,32 @@ impl Timer {
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Timers {
     at: [Option<Instant>; Timer::ALL.len()],
+    /// The soonest of `at`, kept as timers change: the loop asks for it
+    /// every turn, a forwarded signal's among them, and timers change far
+    /// less often.
+    soonest: Option<Instant>,
 }
 
 impl Timers {
     pub fn arm(&mut self, timer: Timer, at: Instant) {
-        self.at[timer.index()] = Some(at);
+        self.set(timer, Some(at));
     }
 
     /// Arm `timer` at `at`, or keep it where it is when that is sooner.
     pub fn arm_by(&mut self, timer: Timer, at: Instant) {
-        let slot = &mut self.at[timer.index()];
-        *slot = Some(slot.map_or(at, |now| now.min(at)));
+        let at = self.get(timer).map_or(at, |now| now.min(at));
+        self.set(timer, Some(at));
     }
 
     pub fn disarm(&mut self, timer: Timer) {
-        self.at[timer.index()] = None;
+        if self.is_armed(timer) {
+            self.set(timer, None);
+        }
+    }
+
+    fn set(&mut self, timer: Timer, at: Option<Instant>) {
+        self.at[timer.index()] = at;
+        self.soonest = self.at.iter().flatten().min().copied();
     }
 
     pub fn get(&self, timer: Timer) -> Option<Instant> {
@@ -63,7 +74,7 @@ impl Timers {
 
     /// The soonest instant any timer fires at: the loop waits until then.
     pub fn next(&self) -> Option<Instant> {
-        self.at.iter().flatten().min().copied()
+        self.soonest
     }
 
     /// A timer due at `now` (the first in `Timer`'s order among the
