@@ -730,11 +730,9 @@ mod tests {
     }
 
     fn send_with_fds(to: &Path, bytes: &[u8], fds: &[i32]) {
-        use nix::sys::socket::{ControlMessage, sendmsg};
         let tx = UnixDatagram::unbound().unwrap();
-        let iov = [std::io::IoSlice::new(bytes)];
-        let cmsg = [ControlMessage::ScmRights(fds)];
-        sendmsg(tx.as_raw_fd(), &iov, &cmsg, MsgFlags::empty(), Some(&UnixAddr::new(to).unwrap())).unwrap();
+        tx.connect(to).unwrap();
+        sys::send_with_fds(tx.as_fd(), bytes, fds).unwrap();
     }
 
     /// Whether the pipe whose read end is `r` has no write end left open
@@ -786,6 +784,17 @@ mod tests {
         drop(w);
         assert_eq!(drain_all(&mut socket), vec![Got { pid: me, fds: 253, body: Err(Reject::NulByte) }]);
         assert!(hung_up(&r), "all 253 received copies closed");
+    }
+
+    #[test]
+    fn send_with_fds_refuses_none_and_too_many() {
+        let dir = Dir::new("fds");
+        let path = dir.0.join("notify");
+        let _socket = NotifySocket::bind(&path).unwrap();
+        let tx = UnixDatagram::unbound().unwrap();
+        tx.connect(&path).unwrap();
+        assert_eq!(sys::send_with_fds(tx.as_fd(), b"x", &[]), Err(Errno::EINVAL));
+        assert_eq!(sys::send_with_fds(tx.as_fd(), b"x", &[0; 254]), Err(Errno::EINVAL));
     }
 
     #[test]

@@ -5,7 +5,7 @@
 //! shell, no /proc, nothing but syscalls.
 
 use std::ffi::{OsStr, OsString};
-use std::io::{IoSlice, Write};
+use std::io::Write;
 use std::os::fd::{AsFd, AsRawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::time::{Duration, Instant};
@@ -14,13 +14,12 @@ use nix::errno::Errno;
 use nix::fcntl::OFlag;
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::socket::{
-    AddressFamily, ControlMessage, MsgFlags, SockFlag, SockType, UnixAddr, connect, send, sendmsg, setsockopt, socket,
-    sockopt,
+    AddressFamily, MsgFlags, SockFlag, SockType, UnixAddr, connect, send, setsockopt, socket, sockopt,
 };
 use nix::sys::stat::lstat;
 use nix::sys::time::TimeVal;
 
-use crate::notify;
+use crate::{notify, sys};
 
 /// How long `--notify` waits for its message to be read.
 const NOTIFY_TIMEOUT: Duration = Duration::from_secs(5);
@@ -138,11 +137,7 @@ fn send_and_wait(message: &[u8], addr: &UnixAddr, deadline: Instant) -> Result<(
     };
     send_within("the message", &|| send(fd.as_raw_fd(), message, MsgFlags::MSG_NOSIGNAL))?;
     let (read_end, write_end) = nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(|e| format!("no pipe: {}", e.desc()))?;
-    let carried = [write_end.as_raw_fd()];
-    send_within("the barrier", &|| {
-        let iov = [IoSlice::new(b"BARRIER=1")];
-        sendmsg::<UnixAddr>(fd.as_raw_fd(), &iov, &[ControlMessage::ScmRights(&carried)], MsgFlags::MSG_NOSIGNAL, None)
-    })?;
+    send_within("the barrier", &|| sys::send_with_fds(fd.as_fd(), b"BARRIER=1", &[write_end.as_raw_fd()]))?;
     // The message in flight holds the only other copy.
     drop(write_end);
     loop {
