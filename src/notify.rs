@@ -786,6 +786,37 @@ mod tests {
         assert!(hung_up(&r), "all 253 received copies closed");
     }
 
+    /// The kernel gives the sender's pid in the receiver's PID namespace: a
+    /// sender that is pid 1 of a namespace below drainit's arrives with the
+    /// pid drainit knows it by. (One outside drainit's namespace arrives as
+    /// pid 0, which `may_notify` refuses; a test of that would need drainit's
+    /// side in a namespace of its own.)
+    #[test]
+    fn credentials_are_in_the_receivers_namespace() {
+        let dir = Dir::new("pidns");
+        let path = dir.0.join("notify");
+        let mut socket = NotifySocket::bind(&path).unwrap();
+        let send = "import os, socket, sys\n\
+                    s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)\n\
+                    s.sendto(b'STATUS=%d' % os.getpid(), sys.argv[1])";
+        let out = std::process::Command::new("unshare")
+            .args(["--pid", "--fork", "--", "python3", "-c", send])
+            .arg(&path)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let mut got = None;
+        socket
+            .drain(8, |m| {
+                let status = m.body.unwrap().next();
+                got = Some((m.pid, status.map(|s| format!("{s:?}"))));
+            })
+            .unwrap();
+        let (pid, status) = got.expect("the message arrived");
+        assert_eq!(status.as_deref(), Some("Status(\"1\")"), "pid 1 in its own namespace");
+        assert!(pid.is_some_and(|p| p > 1 && p != std::process::id() as i32), "{pid:?}: translated");
+    }
+
     #[test]
     fn send_with_fds_refuses_none_and_too_many() {
         let dir = Dir::new("fds");

@@ -127,11 +127,11 @@ fn send_and_wait(message: &[u8], addr: &UnixAddr, deadline: Instant) -> Result<(
                 Err(Errno::EINTR) => continue,
                 Err(Errno::EAGAIN) => {
                     return Err(format!(
-                        "{what} not delivered within {}s: the receiver's queue stayed full",
+                        "{what} was not delivered within {}s: the receiver's queue stayed full",
                         NOTIFY_TIMEOUT.as_secs()
                     ));
                 }
-                Err(e) => return Err(format!("{what} not delivered: {}", e.desc())),
+                Err(e) => return Err(format!("{what} was not delivered: {}", e.desc())),
             }
         }
     };

@@ -137,6 +137,30 @@ fn notify_not_read_fails_within_its_bound() {
     assert!(!nothing_sent(&socket), "the message itself was delivered");
 }
 
+/// A receiver whose queue is full (it never reads, and others filled it):
+/// the send itself waits at most the bound, then exit 1.
+#[test]
+fn notify_to_a_full_queue_fails_within_its_bound() {
+    let dir = Scratch::new("notify-full");
+    let path = dir.path("notify");
+    let _socket = UnixDatagram::bind(&path).unwrap();
+    let filler = UnixDatagram::unbound().unwrap();
+    filler.connect(&path).unwrap();
+    filler.set_nonblocking(true).unwrap();
+    let mut queued = 0;
+    while filler.send(b"STATUS=filler").is_ok() {
+        queued += 1;
+        assert!(queued < 100_000, "the queue never filled");
+    }
+    let start = Instant::now();
+    let child = tool(&["--notify", "READY=1"]).env("NOTIFY_SOCKET", &path).spawn().unwrap();
+    let (status, _, stderr) = finish(child, secs(15));
+    let took = start.elapsed();
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    assert!(took >= Duration::from_millis(4900) && took < secs(8), "gave up after {took:?}");
+    assert!(stderr.contains("was not delivered within 5s") && stderr.lines().count() == 1, "{stderr}");
+}
+
 #[test]
 fn notify_refuses_bad_arguments_with_2_before_sending() {
     let dir = Scratch::new("notify-bad");
