@@ -21,7 +21,8 @@ use nix::sys::time::TimeVal;
 
 use crate::{notify, sys};
 
-/// How long `--notify` waits for its message to be read.
+/// How long `--notify` waits for its message to be read (its error texts
+/// say it: "5s").
 const NOTIFY_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The tool `args` (the whole command line) asks for, run to its exit code;
@@ -62,45 +63,49 @@ fn notify_tool(args: &[OsString]) -> i32 {
     let mut message = Vec::new();
     for arg in args {
         let bytes = arg.as_bytes();
-        if !bytes.contains(&b'=') {
-            return say(2, format_args!("--notify: '{}' is not an assignment VAR=VALUE", shown(arg)));
-        }
-        if bytes.contains(&b'\n') {
-            return say(
-                2,
-                format_args!(
-                    "--notify: '{}' holds a newline: give each assignment as its own argument",
-                    shown(arg).escape_debug()
-                ),
-            );
-        }
-        if !message.is_empty() {
-            message.push(b'\n');
-        }
-        message.extend_from_slice(bytes);
+        // An argument with a newline is not shown: it would break the line.
+        let why = match (bytes.contains(&b'='), bytes.contains(&b'\n')) {
+            (false, false) => format_args!("'{}' is not an assignment VAR=VALUE", shown(arg)),
+            (_, true) => format_args!("an argument holds a newline: give each assignment as its own argument"),
+            (true, false) => {
+                if !message.is_empty() {
+                    message.push(b'\n');
+                }
+                message.extend_from_slice(bytes);
+                continue;
+            }
+        };
+        return say(2, format_args!("--notify: {why}"));
     }
     if message.len() > notify::MAX_MESSAGE {
-        return say(
-            2,
-            format_args!(
-                "--notify: the message is {} bytes, more than the {} a notify socket takes",
-                message.len(),
-                notify::MAX_MESSAGE
-            ),
-        );
+        return say(2, format_args!("--notify: the message is more than the 4096 bytes a notify socket takes"));
     }
     let Some(value) = std::env::var_os("NOTIFY_SOCKET").filter(|v| !v.is_empty()) else {
         return say(1, format_args!("--notify: NOTIFY_SOCKET is not set: no one to notify"));
     };
-    let Some(addr) = notify::address(&value) else {
-        return say(
-            1,
-            format_args!("--notify: NOTIFY_SOCKET={} is neither an absolute path nor @abstract", shown(&value)),
-        );
+    let why = match notify::address(&value) {
+        None => Failure::Plain("is neither an absolute path nor @abstract"),
+        Some(addr) => match send_and_wait(&message, &addr, Instant::now() + NOTIFY_TIMEOUT) {
+            Ok(()) => return 0,
+            Err(why) => why,
+        },
     };
-    match send_and_wait(&message, &addr, Instant::now() + NOTIFY_TIMEOUT) {
-        Ok(()) => 0,
-        Err(why) => say(1, format_args!("--notify: NOTIFY_SOCKET={}: {why}", shown(&value))),
+    say(1, format_args!("--notify: NOTIFY_SOCKET={}: {why}", shown(&value)))
+}
+
+/// Why `--notify` failed, shown after the socket's name. The texts say 5s:
+/// NOTIFY_TIMEOUT.
+enum Failure {
+    Plain(&'static str),
+    Errno(&'static str, Errno),
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Failure::Plain(what) => f.write_str(what),
+            Failure::Errno(what, e) => write!(f, "{what}: {}", e.desc()),
+        }
     }
 }
 
@@ -111,49 +116,52 @@ fn notify_tool(args: &[OsString]) -> i32 {
 /// systemd drops a message that holds `BARRIER=1` among other assignments,
 /// and warns about descriptors on any other; drainit closes descriptors on
 /// every message. Everything, the sends too, ends by `deadline`.
-fn send_and_wait(message: &[u8], addr: &UnixAddr, deadline: Instant) -> Result<(), String> {
+fn send_and_wait(message: &[u8], addr: &UnixAddr, deadline: Instant) -> Result<(), Failure> {
     let fd = socket(AddressFamily::Unix, SockType::Datagram, SockFlag::SOCK_CLOEXEC, None)
-        .map_err(|e| format!("no socket: {}", e.desc()))?;
-    connect(fd.as_raw_fd(), addr).map_err(|e| format!("cannot reach it: {}", e.desc()))?;
+        .map_err(|e| Failure::Errno("no socket", e))?;
+    connect(fd.as_raw_fd(), addr).map_err(|e| Failure::Errno("cannot reach it", e))?;
     // Connected, a send waits while the receiver's queue is full; the send
     // timeout bounds that wait (0 would mean forever: at least 1 ms).
-    let send_within = |what: &str, f: &dyn Fn() -> nix::Result<usize>| -> Result<(), String> {
+    let send_within = |full: &'static str, failed: &'static str, f: &dyn Fn() -> nix::Result<usize>| {
         let left = deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1));
         let tv = TimeVal::new(left.as_secs() as _, left.subsec_micros() as _);
-        setsockopt(&fd, sockopt::SendTimeout, &tv).map_err(|e| format!("cannot set a send timeout: {}", e.desc()))?;
+        setsockopt(&fd, sockopt::SendTimeout, &tv).map_err(|e| Failure::Errno("cannot set a send timeout", e))?;
         loop {
             match f() {
                 Ok(_) => return Ok(()),
                 Err(Errno::EINTR) => continue,
-                Err(Errno::EAGAIN) => {
-                    return Err(format!(
-                        "{what} was not delivered within {}s: the receiver's queue stayed full",
-                        NOTIFY_TIMEOUT.as_secs()
-                    ));
-                }
-                Err(e) => return Err(format!("{what} was not delivered: {}", e.desc())),
+                Err(Errno::EAGAIN) => return Err(Failure::Plain(full)),
+                Err(e) => return Err(Failure::Errno(failed, e)),
             }
         }
     };
-    send_within("the message", &|| send(fd.as_raw_fd(), message, MsgFlags::MSG_NOSIGNAL))?;
-    let (read_end, write_end) = nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(|e| format!("no pipe: {}", e.desc()))?;
-    send_within("the barrier", &|| sys::send_with_fds(fd.as_fd(), b"BARRIER=1", &[write_end.as_raw_fd()]))?;
+    send_within(
+        "the message was not delivered within 5s: the receiver's queue stayed full",
+        "the message was not delivered",
+        &|| send(fd.as_raw_fd(), message, MsgFlags::MSG_NOSIGNAL),
+    )?;
+    let (read_end, write_end) = nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(|e| Failure::Errno("no pipe", e))?;
+    send_within(
+        "the barrier was not delivered within 5s: the receiver's queue stayed full",
+        "the barrier was not delivered",
+        &|| sys::send_with_fds(fd.as_fd(), b"BARRIER=1", &[write_end.as_raw_fd()]),
+    )?;
     // The message in flight holds the only other copy.
     drop(write_end);
     loop {
         // Rounded up: a wait cut to 0 ms before the deadline would spin.
-        let ms = deadline.saturating_duration_since(Instant::now()).as_micros().div_ceil(1000);
+        let left = deadline.saturating_duration_since(Instant::now());
+        let ms = left.as_secs().saturating_mul(1000) + u64::from(left.subsec_nanos().div_ceil(1_000_000));
         let mut fds = [PollFd::new(read_end.as_fd(), PollFlags::empty())];
         match poll(&mut fds, PollTimeout::try_from(ms).unwrap_or(PollTimeout::MAX)) {
             Ok(_) if fds[0].revents().is_some_and(|r| r.contains(PollFlags::POLLHUP)) => return Ok(()),
             Ok(_) | Err(Errno::EINTR) => {}
-            Err(e) => return Err(format!("cannot wait for the receiver: {}", e.desc())),
+            Err(e) => return Err(Failure::Errno("cannot wait for the receiver", e)),
         }
         if Instant::now() >= deadline {
-            break;
+            return Err(Failure::Plain("the message was not read within 5s"));
         }
     }
-    Err(format!("the message was not read within {}s", NOTIFY_TIMEOUT.as_secs()))
 }
 
 /// `drainit --probe`: 0 when the ready file exists and the drain file (if
