@@ -22,6 +22,7 @@ mod events;
 mod exit;
 mod files;
 mod logging;
+mod notify;
 mod procs;
 mod reap;
 mod record;
@@ -32,6 +33,7 @@ mod supervisor;
 #[allow(unsafe_code)]
 mod sys;
 mod timers;
+mod tools;
 mod tty;
 
 use std::ffi::OsString;
@@ -59,6 +61,13 @@ const EXIT_FLUSH: Duration = Duration::from_millis(100);
 /// Everything, in order; `sys::main`, drainit's entry point, calls it with
 /// the command line.
 fn run(args: Vec<OsString>) -> ! {
+    // `drainit --notify` and `drainit --probe` are tools, not an init: no
+    // signal is blocked for them (a signal's default action is the right
+    // end for a short-lived tool that never forks), and the init's start-up
+    // pays one look at argv[1] for them.
+    if let Some(code) = tools::dispatch(&args) {
+        sys::exit_now(code);
+    }
     // Block signals first: a SIGTERM that reaches PID 1 before it is blocked
     // and read would be discarded by the kernel (init ignores default actions).
     let blocked = signals::block_all();

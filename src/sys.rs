@@ -275,6 +275,13 @@ pub fn set_env(key: &str, value: &std::ffi::OsStr) {
     unsafe { std::env::set_var(key, value) };
 }
 
+/// Remove a variable from drainit's own environment (an inherited
+/// NOTIFY_SOCKET that the worker must not see).
+pub fn unset_env(key: &str) {
+    // SAFETY: as set_env's: drainit never starts a thread.
+    unsafe { std::env::remove_var(key) };
+}
+
 /// _exit(2): end the process now, without libc's exit work: atexit
 /// handlers, shared objects' destructors (glibc's _dl_fini), stdio flushing.
 /// drainit registers none of those and writes its lines straight to the fds;
@@ -312,6 +319,46 @@ pub fn send_nonblocking(fd: BorrowedFd<'_>, buf: &[u8]) -> nix::Result<usize> {
     // SAFETY: buf is valid for reads of buf.len() bytes for the call.
     let n =
         unsafe { libc::send(fd.as_raw_fd(), buf.as_ptr().cast(), buf.len(), libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL) };
+    Errno::result(n).map(|n| n as usize)
+}
+
+/// sendmsg(2) of `buf` with the descriptors `fds` attached (SCM_RIGHTS, at
+/// most the kernel's 253), on a connected socket, without SIGPIPE. By hand,
+/// not nix's sendmsg: that builds the control message in a Vec<u8>, which
+/// drainit's allocator (`Startup`) aligns as a byte buffer, while a cmsghdr
+/// needs 8 bytes.
+pub fn send_with_fds(sock: BorrowedFd<'_>, buf: &[u8], fds: &[RawFd]) -> nix::Result<usize> {
+    #[repr(C, align(8))]
+    struct Control([u8; 1088]);
+    let mut control = Control([0; 1088]);
+    let data = u32::try_from(size_of_val(fds)).map_err(|_| Errno::EINVAL)?;
+    // SAFETY: CMSG_SPACE and CMSG_LEN only compute sizes.
+    let (space, len) = unsafe { (libc::CMSG_SPACE(data), libc::CMSG_LEN(data)) };
+    if fds.is_empty() || space as usize > size_of::<Control>() {
+        return Err(Errno::EINVAL);
+    }
+    let mut iov = libc::iovec { iov_base: buf.as_ptr().cast_mut().cast(), iov_len: buf.len() };
+    // SAFETY: msghdr is plain integers and pointers (musl's has padding
+    // fields): all zero is a valid value.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &raw mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.0.as_mut_ptr().cast();
+    msg.msg_controllen = space as _;
+    // SAFETY: the control buffer is 8-aligned and holds CMSG_SPACE of the
+    // fds (checked above), so CMSG_FIRSTHDR points into it with room for the
+    // header and every fd; it lives on this stack frame for the whole call.
+    unsafe {
+        let cmsg = libc::CMSG_FIRSTHDR(&raw const msg);
+        (*cmsg).cmsg_level = libc::SOL_SOCKET;
+        (*cmsg).cmsg_type = libc::SCM_RIGHTS;
+        (*cmsg).cmsg_len = len as _;
+        ptr::copy_nonoverlapping(fds.as_ptr(), libc::CMSG_DATA(cmsg).cast::<RawFd>(), fds.len());
+    }
+    // SAFETY: msg points to the iovec (buf, valid for reads of its length)
+    // and the control buffer above, both alive for the call; the kernel
+    // only reads them.
+    let n = unsafe { libc::sendmsg(sock.as_raw_fd(), &raw const msg, libc::MSG_NOSIGNAL) };
     Errno::result(n).map(|n| n as usize)
 }
 
