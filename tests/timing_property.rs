@@ -17,6 +17,7 @@ use proptest::prelude::*;
 use proptest::test_runner::{Config, FileFailurePersistence};
 
 const GRACE_MS: u64 = 300;
+const ORCHESTRATOR_TIMEOUT_MS: u64 = 2000;
 /// The last moment a random signal is sent; a final SIGTERM follows at
 /// FINAL_MS so that every case ends.
 const WINDOW_MS: u64 = 800;
@@ -230,11 +231,12 @@ fn run_case(c: &Case) -> Result<(), TestCaseError> {
     let dir = Scratch::new("timing");
     let w = worker(c, &dir);
     let code = c.backoff_code.to_string();
+    let (grace, timeout) = (format!("{GRACE_MS}ms"), format!("{ORCHESTRATOR_TIMEOUT_MS}ms"));
     let options = [
         "--grace",
-        "300ms",
+        &grace,
         "--orchestrator-timeout",
-        "2s",
+        &timeout,
         "--backoff-exit-code",
         &code,
         "--backoff-delay",
@@ -253,22 +255,25 @@ fn run_case(c: &Case) -> Result<(), TestCaseError> {
     );
     let t0 = std::time::Instant::now();
     let mut sent = Vec::new();
-    // Through a pidfd: a signal sent after drainit is gone reaches nobody.
-    if let Ok(pidfd) = Pidfd::try_open(run.pid) {
-        for &(at, sig) in c.signals.iter().chain([(FINAL_MS, libc::SIGTERM)].iter()) {
-            // The case's own schedule, not a wait.
-            std::thread::sleep((t0 + ms(at)).saturating_duration_since(std::time::Instant::now()));
-            if pidfd.exited() {
-                break;
-            }
-            let before = monotonic_ns();
-            if pidfd.send(sig).is_ok() {
-                sent.push((sig, before));
-            }
+    // Through the run's own pidfd, opened when it started (there is no path
+    // that sends nothing): a signal sent after drainit is gone reaches
+    // nobody, and a zombie drainit is known to be gone.
+    for &(at, sig) in c.signals.iter().chain([(FINAL_MS, libc::SIGTERM)].iter()) {
+        // The case's own schedule, not a wait.
+        std::thread::sleep((t0 + ms(at)).saturating_duration_since(std::time::Instant::now()));
+        if run.pidfd().exited() {
+            break;
+        }
+        let before = monotonic_ns();
+        match run.pidfd().send(sig) {
+            Ok(()) => sent.push((sig, before)),
+            // Gone between the check and the send.
+            Err(libc::ESRCH) => break,
+            Err(e) => return Err(TestCaseError::fail(format!("sending {sig} to drainit: errno {e}"))),
         }
     }
     let ended = run.wait(secs(10));
-    let took = t0.elapsed();
+    let gone = monotonic_ns();
     let log = run.log();
     let code = ended
         .code
@@ -284,6 +289,16 @@ fn run_case(c: &Case) -> Result<(), TestCaseError> {
             .map(|n| Attempt { ready: w.attempt(n).ready_ns(), end: w.attempt(n).end() })
             .collect(),
     };
+    eprintln!(
+        "timing {:?}: {:?} {:?} {:?}: sent {:?}, {} attempts, exit {}",
+        c.mode,
+        c.first,
+        c.on_term,
+        c.leftover,
+        facts.sent.iter().map(|(s, _)| *s).collect::<Vec<_>>(),
+        started,
+        code
+    );
     let allowed = facts.allowed_codes().map_err(|e| TestCaseError::fail(format!("{e}; log:\n{log}")))?;
     prop_assert!(
         allowed.contains(&code),
@@ -294,9 +309,20 @@ fn run_case(c: &Case) -> Result<(), TestCaseError> {
         facts.attempts,
         log
     );
-    // The final SIGTERM at FINAL_MS ends everything by its deadline.
-    let bound = ms(FINAL_MS + GRACE_MS) + ms(1500);
-    prop_assert!(took < bound, "drainit took {:?} (bound {:?}); log:\n{}", took, bound, log);
+    // Once a stop signal went out, drainit is gone before the
+    // orchestrator's SIGKILL (the final SIGTERM at FINAL_MS makes sure one
+    // does, unless drainit ended before).
+    if let Some((sig, at)) = facts.first_stop() {
+        let took = std::time::Duration::from_nanos(gone.saturating_sub(at) as u64);
+        prop_assert!(
+            took < ms(ORCHESTRATOR_TIMEOUT_MS),
+            "drainit exited {:?} after the first stop ({}), past the orchestrator's SIGKILL at {}ms; log:\n{}",
+            took,
+            sig,
+            ORCHESTRATOR_TIMEOUT_MS,
+            log
+        );
+    }
     if c.mode == Mode::Subreaper {
         let pids = (1..=started as u32)
             .flat_map(|n| [w.attempt(n).pid(), Recorder::new(&dir, "left").attempt(n).pid()])
