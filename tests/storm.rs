@@ -377,7 +377,10 @@ fn the_deadline_holds_while_a_storm_goes_on() {
 /// first, and drainit must still take and forward the SIGTERM while the
 /// flood goes on (the worker exits on it: 0). The rule that makes sure of it
 /// (a turn takes each kind once) is pinned down exactly, without senders'
-/// timing, by signals.rs's `a_signal_raised_again_at_each_take_...` test.
+/// timing, by signals.rs's `a_signal_raised_again_at_each_take_...` test:
+/// this one passes without that rule too (senders outside drainit do not
+/// re-raise faster than drainit takes, even flooding every kind below
+/// SIGTERM), so it checks the whole path under a flood, not the rule.
 #[test]
 fn a_flood_of_sighup_does_not_hold_back_sigterm() {
     let _heavy = heavy();
