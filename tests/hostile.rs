@@ -35,6 +35,7 @@ per_mode! {
             pids.extend([&a, &b, &c, &d].iter().map(|r| r.pid().unwrap()));
         }
         let ended = run.wait(secs(15));
+        let after_worker = since_exit(&worker);
         // Still alive, and still ours (its command line names the scratch
         // directory): a reused pid is not a leftover.
         let left: Vec<i32> = pids.iter().copied().filter(|&p| alive_as(p, &dir.str())).collect();
@@ -49,10 +50,23 @@ per_mode! {
         assert_eq!(a.exit_code(), Some(0), "{mode:?}: the escapee A never got drainit's SIGTERM");
         assert_eq!(run.count_events("deadline_reached"), 1, "{mode:?}: B and D ignore SIGTERM; log:\n{}", run.log());
         assert!(left.is_empty(), "{mode:?}: outlived drainit: {left:?}");
-        assert!(ended.after < secs(8), "{mode:?}: took {:?} for a 2s grace", ended.after);
+        assert!(
+            after_worker >= secs(2) && after_worker < secs(3),
+            "{mode:?}: exited {after_worker:?} after the worker: grace 2s, orchestrator timeout 3s"
+        );
         check_log_end(&run.log(), 0).unwrap();
     }
 }
+
+/// How long drainit outlived `rec`'s own exit (as it noted it): call it
+/// right after `run.wait`.
+fn since_exit(rec: &Recorder) -> Duration {
+    let (_, at) = rec.end().expect("the worker noted its exit");
+    Duration::from_nanos(monotonic_ns().saturating_sub(at) as u64)
+}
+
+/// The orchestrator timeout of the fork bomb runs: its SIGKILL is the bound.
+const BOMB_ORCHESTRATOR_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// How late drainit exits after a 300ms grace with a worker that only
 /// ignores SIGTERM: the machine's lateness without a bomb, for the report.
@@ -128,14 +142,17 @@ per_mode! {
             );
             assert_eq!(ended.code, Some(137), "{mode:?}/{how}: the deadline killed the worker; log:\n{}", run.log());
             assert!(took >= grace - ms(20), "{mode:?}/{how}: exited {took:?} after SIGTERM, before the grace");
-            // The issue asked for +100ms (release build: ~80 ms median). In
-            // the debug builds CI tests, with hundreds of runnable bomb
-            // processes on 2 shared cores, drainit waits for a CPU before and
-            // after its kill: measured 0.1-1.5 s late for the setsid bomb as
-            // subreaper (the pre-session binary: 0.26-1.45 s), up to 2.3 s
-            // in the musl debug build. The bound catches a deadline that is
-            // not kept at all; the measured value is printed.
-            assert!(late < secs(3), "{mode:?}/{how}: exited {late:?} after the deadline");
+            // With hundreds of runnable bomb processes on shared cores
+            // drainit waits for a CPU before and after its kill, so it may
+            // end well after its own deadline (the measured lateness is
+            // printed), but never after the orchestrator's SIGKILL: past it,
+            // drainit's exit code, finish program and termination message
+            // would be lost.
+            assert!(
+                took < BOMB_ORCHESTRATOR_TIMEOUT,
+                "{mode:?}/{how}: exited {took:?} after SIGTERM ({late:?} after the deadline): the orchestrator \
+                 would have SIGKILLed it at {BOMB_ORCHESTRATOR_TIMEOUT:?}"
+            );
             assert!(left.is_empty(), "{mode:?}/{how}: {} bomb processes outlived drainit", left.len());
             check_log_end(&run.log(), 137).unwrap();
         }
@@ -177,6 +194,11 @@ fn subreaper_never_signals_a_reused_group_id() {
     // group (nothing), never the new group with the same id.
     run.signal(libc::SIGHUP);
     let ended = run.wait(secs(10));
+    let after_worker = since_exit(&worker);
+    assert!(
+        after_worker >= secs(3) && after_worker < secs(4),
+        "exited {after_worker:?} after the worker: grace 3s, orchestrator timeout 4s"
+    );
     eprintln!("reuse: worker pid {pid} reused by an unrelated group; it saw {:?}", victim.seen());
     assert_eq!(ended.code, Some(0), "{}", run.log());
     assert_eq!(run.count_events("deadline_reached"), 1, "{}", run.log());

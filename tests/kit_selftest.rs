@@ -54,6 +54,11 @@ per_mode! {
         assert_eq!(rec.exit_code(), Some(5));
         assert_eq!(rec.seen(), [libc::SIGHUP, libc::SIGUSR1, libc::SIGTERM, libc::SIGTSTP]);
         assert_eq!(rec.count(libc::SIGUSR1), 1);
+        // The order they came in, each noted when it was taken.
+        let timed = rec.received_timed();
+        assert_eq!(rec.received_sequence(), [libc::SIGUSR1, libc::SIGHUP, libc::SIGTSTP, libc::SIGTERM]);
+        assert!(timed.windows(2).all(|w| w[0].1 <= w[1].1), "{timed:?}");
+        assert!(timed[0].1 >= rec.ready_ns().unwrap(), "{timed:?}");
     }
 }
 

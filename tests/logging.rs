@@ -263,6 +263,7 @@ per_mode! {
                 break;
             }
             total += buf[..n].iter().filter(|b| **b == b'#').count();
+            // The slow reader (the scenario): the worker's writes must block, not fail.
             thread::sleep(ms(1));
             assert!(run.started.elapsed() < secs(30), "1 MB did not get through in 30s");
         }

@@ -74,6 +74,8 @@ fn idle_drainit_does_not_wake_up() {
     });
     assert!(settled, "drainit never settled: {} switches", switches());
     let before = switches();
+    // The idle window itself (the scenario, not a wait): nothing may wake
+    // drainit in it.
     std::thread::sleep(secs(2));
     let after = switches();
     assert_eq!(after - before, 0, "drainit woke {} times while idle", after - before);

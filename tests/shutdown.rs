@@ -4,7 +4,16 @@
 mod kit;
 use kit::*;
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
+
+/// How long drainit outlived the worker's own exit (as the worker noted
+/// it): call it right after `run.wait`. Leftovers are killed at that exit
+/// plus the grace; drainit must be gone before the orchestrator timeout
+/// from it too (a stop that came with the exit would be SIGKILLed then).
+fn since_worker_exit(worker: &Recorder) -> Duration {
+    let (_, at) = worker.end().expect("the worker noted its exit");
+    Duration::from_nanos(monotonic_ns().saturating_sub(at) as u64)
+}
 
 per_mode! {
     fn worker_ignoring_sigterm_is_killed_at_the_deadline(mode) {
@@ -41,6 +50,7 @@ fn a_second_stop_signal_does_not_move_the_deadline() {
     // The second one comes 1s into the 2s grace (the scenario's timing, not a
     // wait): a deadline it restarted would end drainit 1s late.
     std::thread::sleep((sent + SECOND).saturating_duration_since(Instant::now()));
+    let second = monotonic_ns();
     run.signal(libc::SIGINT);
     assert!(rec.wait_seen(libc::SIGINT, secs(1)), "the second stop signal was forwarded: {}", run.log());
     let ended = run.wait(secs(10));
@@ -48,6 +58,10 @@ fn a_second_stop_signal_does_not_move_the_deadline() {
     assert_eq!(ended.code, Some(137), "{}", run.log());
     assert!(took >= ms(2000) && took < ms(2900), "exited {took:?} after the first SIGTERM");
     assert_eq!(run.count_events("stop_requested"), 1, "{}", run.log());
+    // Each forwarded once, in order, the second one when it was sent.
+    let got = rec.received_timed();
+    assert_eq!(got.iter().map(|(s, _)| *s).collect::<Vec<_>>(), [libc::SIGTERM, libc::SIGINT], "{}", run.log());
+    assert!(got[1].1 >= second, "{got:?}");
 }
 
 per_mode! {
@@ -100,8 +114,9 @@ per_mode! {
         let mut run =
             drainit(mode, worker.worker_with(&["--grace", "1s", "--orchestrator-timeout", "2s"])).spawn();
         let ended = run.wait(secs(10));
+        let after = since_worker_exit(&worker);
         assert_eq!(ended.code, Some(0), "{mode:?}: the worker's code, not 137; {}", run.log());
-        assert!(ended.after >= ms(1000), "{mode:?}: waited the grace: {:?}", ended.after);
+        assert!(after >= ms(1000) && after < secs(2), "{mode:?}: exited {after:?} after the worker, grace 1s, timeout 2s");
         assert_eq!(run.count_events("deadline_reached"), 1, "{}", run.log());
         if mode == Mode::Subreaper {
             let pid = leftover.pid().unwrap();
@@ -118,7 +133,9 @@ fn subreaper_kills_a_descendant_that_left_the_group() {
     let mut run =
         drainit(Mode::Subreaper, worker.worker_with(&["--grace", "1s", "--orchestrator-timeout", "2s"])).spawn();
     let ended = run.wait(secs(10));
+    let after = since_worker_exit(&worker);
     assert_eq!(ended.code, Some(0), "{}", run.log());
+    assert!(after >= ms(1000) && after < secs(2), "exited {after:?} after the worker, grace 1s, timeout 2s");
     let pid = escapee.pid().unwrap();
     assert!(!alive_as(pid, &dir.str()), "the escapee {pid} outlived drainit: {}", run.log());
 }
@@ -131,6 +148,8 @@ fn pid1_kills_every_process_in_the_namespace() {
     let worker = Recorder::new(&dir, "w").child(daemon).exit_after(0, 4);
     let mut run = drainit(Mode::Pid1, worker.worker_with(&["--grace", "1s", "--orchestrator-timeout", "2s"])).spawn();
     let ended = run.wait(secs(10));
+    let after = since_worker_exit(&worker);
     assert_eq!(ended.code, Some(4), "{}", run.log());
+    assert!(after >= ms(1000) && after < secs(2), "exited {after:?} after the worker, grace 1s, timeout 2s");
     assert_eq!(run.count_events("deadline_reached"), 1, "{}", run.log());
 }

@@ -297,7 +297,7 @@ fn signal_storm_with_stop_signals_then_a_final_sigterm() {
 #[test]
 fn the_deadline_holds_while_a_storm_goes_on() {
     let _heavy = heavy();
-    let grace = secs(1);
+    let (grace, orchestrator_timeout) = (secs(1), secs(2));
     for mode in MODES {
         let dir = Scratch::new("storm-on");
         let rec = Recorder::new(&dir, "w").term(Term::Record);
@@ -347,14 +347,18 @@ fn the_deadline_holds_while_a_storm_goes_on() {
         );
         assert_eq!(ended.code, Some(137), "{mode:?}: the deadline's SIGKILL ended the worker; log:\n{}", run.log());
         assert!(early < ms(50), "{mode:?}: drainit ended {early:?} before its deadline");
-        // What this guards against is starvation: before drainit had a guard
-        // (now: a turn takes each kind once), the deadline came 12-28s late
-        // under a storm. Four sender threads and the worker on 2 shared cores leave
-        // drainit half a core, spent in the kernel queueing and dequeueing
-        // signals: the debug build ends 50 ms to 1 s late (the binary before
-        // this round's changes, in the same test: 0.3-1.05 s), so the bound
-        // is 1.5 s, far below what starvation costs.
-        assert!(late < ms(1500), "{mode:?}: drainit ended {late:?} after its deadline, under the storm");
+        // What this guards against is starvation (before a turn took each
+        // kind once, the deadline came many seconds late under a storm).
+        // Four sender threads and the worker on 2 shared cores leave drainit
+        // a fraction of a core, so it may end late (measured, printed), but
+        // never after the orchestrator's SIGKILL, orchestrator timeout after
+        // the first stop.
+        assert!(
+            gone - first_stop < orchestrator_timeout,
+            "{mode:?}: drainit ended {:?} after the first stop ({late:?} after its deadline), under the storm: \
+             past the orchestrator's SIGKILL at {orchestrator_timeout:?}",
+            gone - first_stop
+        );
         let missing: Vec<i32> =
             kinds.iter().copied().filter(|&k| k < 32 && k != libc::SIGCONT && !rec.seen().contains(&k)).collect();
         assert!(
@@ -373,7 +377,10 @@ fn the_deadline_holds_while_a_storm_goes_on() {
 /// first, and drainit must still take and forward the SIGTERM while the
 /// flood goes on (the worker exits on it: 0). The rule that makes sure of it
 /// (a turn takes each kind once) is pinned down exactly, without senders'
-/// timing, by signals.rs's `a_signal_raised_again_at_each_take_...` test.
+/// timing, by signals.rs's `a_signal_raised_again_at_each_take_...` test:
+/// this one passes without that rule too (senders outside drainit do not
+/// re-raise faster than drainit takes, even flooding every kind below
+/// SIGTERM), so it checks the whole path under a flood, not the rule.
 #[test]
 fn a_flood_of_sighup_does_not_hold_back_sigterm() {
     let _heavy = heavy();
@@ -384,34 +391,50 @@ fn a_flood_of_sighup_does_not_hold_back_sigterm() {
         assert!(rec.wait_ready(secs(10)), "{mode:?}: worker not ready; {}", run.log());
         let pidfd = Arc::new(Pidfd::open(run.pid));
         let stop = Arc::new(AtomicBool::new(false));
+        let hups = Arc::new(AtomicU64::new(0));
         let flooders: Vec<_> = (0..2)
             .map(|_| {
-                let (pidfd, stop) = (Arc::clone(&pidfd), Arc::clone(&stop));
+                let (pidfd, stop, hups) = (Arc::clone(&pidfd), Arc::clone(&stop), Arc::clone(&hups));
                 let start = Instant::now();
                 thread::spawn(move || {
-                    let mut sent = 0u64;
                     // Bounded: until told, drainit is gone, or 10 s.
                     while !stop.load(Ordering::Relaxed) && start.elapsed() < secs(10) {
                         match pidfd.send(libc::SIGHUP) {
-                            Ok(()) => sent += 1,
+                            Ok(()) => hups.fetch_add(1, Ordering::Relaxed),
                             Err(_) => break,
-                        }
+                        };
                     }
-                    sent
                 })
             })
             .collect();
-        let flooding = rec.wait_seen(libc::SIGHUP, secs(5));
-        thread::sleep(ms(200)); // the flood at full speed
+        // The flood in full swing: the senders got thousands out, and
+        // drainit forwards them (the worker has taken a hundred), so a
+        // SIGTERM now meets a SIGHUP pending at every take.
+        let flooding = wait_until(secs(5), || hups.load(Ordering::Relaxed) >= 5_000 && rec.count(libc::SIGHUP) >= 100);
         let sent = Instant::now();
+        let at_term = hups.load(Ordering::Relaxed);
         assert!(pidfd.send(libc::SIGTERM).is_ok(), "{mode:?}: drainit gone before the SIGTERM; {}", run.log());
         let exited = wait_until(secs(5), || pidfd.exited());
         let took = sent.elapsed();
+        let at_exit = hups.load(Ordering::Relaxed);
         stop.store(true, Ordering::Relaxed);
-        let hups: u64 = flooders.into_iter().map(|f| f.join().unwrap()).sum();
-        eprintln!("flood {mode:?}: {hups} SIGHUP sent; SIGTERM -> drainit gone after {took:?} (exited: {exited})");
-        assert!(flooding, "{mode:?}: the worker never saw the flood's SIGHUP; {}", run.log());
+        for f in flooders {
+            f.join().unwrap();
+        }
+        let hups = hups.load(Ordering::Relaxed);
+        eprintln!(
+            "flood {mode:?}: {hups} SIGHUP sent ({} while the SIGTERM was on its way); SIGTERM -> drainit gone after {took:?} (exited: {exited})",
+            at_exit - at_term
+        );
+        assert!(
+            flooding,
+            "{mode:?}: no flood: {} SIGHUP sent, {} seen by the worker; {}",
+            hups,
+            rec.count(libc::SIGHUP),
+            run.log()
+        );
         assert!(exited, "{mode:?}: SIGTERM held back by the SIGHUP flood for {took:?}; log:\n{}", run.log());
+        assert!(at_exit > at_term, "{mode:?}: the flood had stopped before the SIGTERM went through");
         assert_eq!(run.wait(secs(10)).code, Some(0), "{mode:?}: {}", run.log());
         assert!(rec.saw(libc::SIGTERM), "{mode:?}: {:?}", rec.seen());
     }

@@ -303,7 +303,7 @@ fn ctrl_c_interrupts_the_foreground_job_once() {
     s.send(b"\x03");
     assert!(wait_until(STEP, || job.count(libc::SIGINT) >= 1), "no SIGINT counted:\n{}", s.transcript());
     s.settle(ms(700));
-    assert_eq!(job.count(libc::SIGINT), 1, "exactly one SIGINT reaches the job:\n{}", s.transcript());
+    assert_eq!(job.received_sequence(), [libc::SIGINT], "exactly one SIGINT reaches the job:\n{}", s.transcript());
     let pid = job.host_pid(s.pid1).expect("the job's pid");
     // SAFETY: kill with integers, to a process of this test's namespace.
     unsafe { libc::kill(pid, libc::SIGTERM) };
@@ -444,7 +444,7 @@ fn typed_at_a_shell_ctrl_c_is_forwarded_once() {
     assert!(wait_until(STEP, || rec.count(libc::SIGINT) >= 1), "no SIGINT counted:\n{}", s.transcript());
     s.expect("event=stop_requested signal=SIGINT", STEP);
     s.settle(ms(700));
-    assert_eq!(rec.count(libc::SIGINT), 1, "exactly one SIGINT reaches the worker:\n{}", s.transcript());
+    assert_eq!(rec.received_sequence(), [libc::SIGINT], "exactly one SIGINT reaches the worker:\n{}", s.transcript());
 
     s.send(b"\x1a");
     s.expect("event=signal_forwarded signal=SIGTSTP", STEP);

@@ -23,7 +23,8 @@
 //!   (`sigrec.c`): the worker itself, a child or grandchild ([`Recorder::child`]),
 //!   in its own session, an orphan, exiting on, ignoring, recording or dying
 //!   of SIGTERM ([`Term`]), exiting by itself, per attempt; it notes its pid,
-//!   readiness, the signals seen with counts, and how it ended ([`End`]).
+//!   readiness, the signals seen (counts, and their order:
+//!   [`Recorder::received_sequence`]), and how it ended ([`End`]).
 //! - [`Event`] parses drainit's logfmt lines ([`check_log_end`],
 //!   [`one_clear_line`]); [`Procfs`] reads /proc ([`HOST`], or a namespace's);
 //!   [`c_helper`] compiles the other C workers (bomb.c, orphans.c);

@@ -8,6 +8,9 @@
 //! assert!(rec.wait_ready(secs(10)));
 //! run.signal(libc::SIGUSR1);
 //! assert!(rec.wait_seen(libc::SIGUSR1, secs(5)), "{:?}", rec.seen());
+//! run.signal(libc::SIGTERM);
+//! run.wait(secs(10));
+//! assert_eq!(rec.received_sequence(), [libc::SIGUSR1, libc::SIGTERM]);
 //! ```
 
 use super::cc::c_helper;
@@ -251,6 +254,41 @@ impl Recorder {
     #[must_use = "assert the result: an unchecked wait is a hidden sleep"]
     pub fn wait_seen(&self, sig: i32, limit: Duration) -> bool {
         wait_until(limit, || self.saw(sig))
+    }
+
+    /// Every signal received so far, in the order the recorder took them,
+    /// with when (CLOCK_MONOTONIC ns, as [`super::monotonic_ns`]). Arrival
+    /// order for signals that come one at a time; signals pending together
+    /// come out lowest-numbered first (the kernel's order, see sigrec.c).
+    pub fn received_timed(&self) -> Vec<(i32, u128)> {
+        let text = self.read("sequence").unwrap_or_default();
+        // Only whole lines: the recorder may be appending.
+        let whole = &text[..text.rfind('\n').map_or(0, |i| i + 1)];
+        whole
+            .lines()
+            .map(|l| {
+                let (sig, at) = l.split_once(' ').unwrap_or_else(|| panic!("sequence line {l:?}"));
+                (sig.parse().unwrap(), at.parse().unwrap())
+            })
+            .collect()
+    }
+
+    /// [`Recorder::received_timed`] without the times: compare it with the
+    /// sequence the test expects (`assert_eq!(rec.received_sequence(), [..])`).
+    pub fn received_sequence(&self) -> Vec<i32> {
+        self.received_timed().into_iter().map(|(s, _)| s).collect()
+    }
+
+    /// Wait until the recorder has received at least `n` signals; the
+    /// sequence then (shorter than `n` when the wait timed out: assert it).
+    #[must_use = "compare the sequence: an unchecked wait is a hidden sleep"]
+    pub fn wait_received(&self, n: usize, limit: Duration) -> Vec<i32> {
+        let mut seq = Vec::new();
+        let _ = wait_until(limit, || {
+            seq = self.received_sequence();
+            seq.len() >= n
+        });
+        seq
     }
 
     /// The code it exited with by itself (an ending signal or exit_after).

@@ -218,6 +218,14 @@ impl Running {
         }
     }
 
+    /// The program's pidfd, opened when the run was started: it never
+    /// signals a process that reused the pid, and tells a zombie from a
+    /// live process (`exited`). Panics if the program ended before it was
+    /// seen.
+    pub fn pidfd(&self) -> &Pidfd {
+        self.targets.program.as_ref().expect("the program exited before it was seen")
+    }
+
     /// drainit's stderr so far (whole once `wait` returned).
     pub fn log(&self) -> String {
         self.log.get()

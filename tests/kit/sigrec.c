@@ -32,6 +32,13 @@
  *            pending signals are drained first): at once when a new kind
  *            arrives, else at most every 20ms while counts change (a storm
  *            must not turn the recorder into a load of its own)
+ *   sequence "SIG NS" per signal received, in the order it took them, NS
+ *            the CLOCK_MONOTONIC time it took it; appended just before each
+ *            rewrite of `seen` (so it always holds what `seen` counts). The
+ *            order is arrival order for signals that come one at a time;
+ *            signals pending together come out as the kernel hands them
+ *            over: the lowest-numbered standard one first, then real-time
+ *            ones in number order (signal(7))
  *   winsize  "ROWS COLS" of the terminal on fd 0, rewritten on each SIGWINCH
  *            before `seen` shows it
  *   exit     how it ended, written just before: "CODE" or "signal SIG",
@@ -72,6 +79,10 @@ static struct {
 
 static char out[4096], self_exe[4096];
 static unsigned long counts[MAXSIG];
+/* Lines of `sequence` not yet appended. */
+static char pending[1 << 16];
+static size_t npending;
+static int seq_fd = -1;
 static int orphan_fd = -1; /* tells the parent left behind by `orphan` */
 
 static void die(const char *what) {
@@ -97,8 +108,32 @@ static void put(const char *name, const char *text) {
     if (rename(tmp, path) != 0) die(path);
 }
 
+static void flush_sequence(void) {
+    if (!npending) return;
+    if (seq_fd < 0) {
+        char path[4200];
+        snprintf(path, sizeof path, "%s/sequence", out);
+        seq_fd = open(path, O_CREAT | O_APPEND | O_WRONLY | O_CLOEXEC, 0644);
+        if (seq_fd < 0) die(path);
+    }
+    for (size_t at = 0; at < npending;) {
+        ssize_t n = write(seq_fd, pending + at, npending - at);
+        if (n <= 0) die("sequence");
+        at += n;
+    }
+    npending = 0;
+}
+
+static long long mono_ns(void);
+
+static void note(int sig) {
+    if (sizeof pending - npending < 64) flush_sequence();
+    npending += snprintf(pending + npending, sizeof pending - npending, "%d %lld\n", sig, mono_ns());
+}
+
 static void dump_seen(void) {
     static char text[MAXSIG * 32];
+    flush_sequence();
     size_t at = 0;
     text[0] = 0;
     for (int s = 1; s < MAXSIG; s++)
@@ -195,8 +230,6 @@ static void start_child(const char *dir) {
     }
     close(fds[0]);
 }
-
-static long long mono_ns(void);
 
 static void say_ready(void) {
     char text[32];
@@ -358,6 +391,7 @@ int main(int argc, char **argv) {
                 reap();
                 continue;
             }
+            note(sig);
             new_kind |= counts[sig]++ == 0;
             dirty = 1;
             winch |= sig == SIGWINCH;
