@@ -345,6 +345,13 @@ pub fn set_env(key: &str, value: &std::ffi::OsStr) {
     unsafe { std::env::set_var(key, value) };
 }
 
+/// Remove a variable from drainit's own environment (and so from what the
+/// worker inherits).
+pub fn unset_env(key: &str) {
+    // SAFETY: as set_env: drainit never starts a thread.
+    unsafe { std::env::remove_var(key) };
+}
+
 /// _exit(2): end the process now, without libc's exit work: atexit
 /// handlers, shared objects' destructors (glibc's _dl_fini), stdio flushing.
 /// drainit registers none of those and writes its lines straight to the fds;

@@ -115,6 +115,12 @@ impl Builder {
         self
     }
 
+    /// The working directory the program starts in.
+    pub fn current_dir(mut self, dir: impl AsRef<std::path::Path>) -> Builder {
+        self.cmd.current_dir(dir);
+        self
+    }
+
     pub fn stdin(mut self, io: impl Into<Io>) -> Builder {
         self.stdio[0] = io.into();
         self
