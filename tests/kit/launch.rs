@@ -376,6 +376,28 @@ pub fn enter_with_pid(cmd: &mut Command, holder: i32, want: i32) {
     }
 }
 
+/// In a pre_exec closure: become a child subreaper and fork; the program
+/// runs in the child, under this process, which stays as its parent (a
+/// subreaper above it, as a nested init or a supervisor would be) and ends
+/// as it ends. Async-signal-safe.
+pub fn under_a_subreaper() -> Result<()> {
+    // SAFETY: plain syscalls with constant arguments.
+    unsafe {
+        if libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0 {
+            return Err(Error::last_os_error());
+        }
+        let pid = libc::fork();
+        if pid < 0 {
+            return Err(Error::last_os_error());
+        }
+        if pid > 0 {
+            close_from(0);
+            mirror_exit(pid);
+        }
+    }
+    Ok(())
+}
+
 fn close_from(fd: u32) {
     // SAFETY: close_range takes integers.
     unsafe { libc::syscall(libc::SYS_close_range, fd, u32::MAX, 0) };
