@@ -111,3 +111,23 @@ fn a_root_link_in_a_worker_directory_is_not_followed() {
     assert_eq!(run.wait(secs(10)).code, Some(0), "{}", run.log());
     assert!(!dir.exists("victim/drain"), "{}", run.log());
 }
+
+/// Root's links in a chain, with `..` in a target: resolved part by part
+/// as the kernel would.
+#[test]
+fn a_chain_of_root_links_with_dotdot_is_followed() {
+    let dir = Scratch::new("safe-chain");
+    std::fs::create_dir_all(dir.path("a/real")).unwrap();
+    std::fs::create_dir(dir.path("b")).unwrap();
+    // run -> b/hop -> ../a/./real
+    symlink("b/hop", dir.path("run")).unwrap();
+    symlink("../a/./real", dir.path("b/hop")).unwrap();
+    let drain = path_str(&dir.path("run/drain"));
+    let rec = Recorder::new(&dir, "w");
+    let mut run = drainit(Mode::Subreaper, rec.worker_with(&["--drain-file", &drain])).spawn();
+    assert!(rec.wait_ready(secs(10)), "{}", run.log());
+    run.signal(libc::SIGTERM);
+    assert_eq!(run.wait(secs(10)).code, Some(0), "{}", run.log());
+    assert!(dir.exists("a/real/drain"), "{}", run.log());
+    assert_eq!(run.count_events("file_skipped"), 0, "{}", run.log());
+}
