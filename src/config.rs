@@ -44,7 +44,7 @@ const ABOUT: &str = "A PID-1 init for containers: forwards signals to the worker
 
 /// An option that takes a value, from a flag or its variable. A table and
 /// one loop rather than clap's derive, which expands to a builder chain and
-/// a read-back per field: the static binary is 32 KiB smaller.
+/// a read-back per field, a sizeable part of the static binary.
 struct Opt {
     /// How `parse` asks for the value, and what `origin` falls back to.
     id: &'static str,

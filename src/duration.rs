@@ -25,8 +25,8 @@ pub fn parse(text: &str) -> Result<Duration, String> {
 }
 
 /// A decimal number of seconds (`8`, `0.5`, `.25`, `5.`), exactly: digits
-/// below a nanosecond are dropped. Integers rather than an f64, whose
-/// parser and its tables would be ~15 KiB of the static binary.
+/// below a nanosecond are dropped. Integers rather than an f64: the float
+/// parser and its tables would weigh more than the rest of this module.
 fn seconds(t: &str) -> Option<Duration> {
     let (whole, frac) = t.split_once('.').unwrap_or((t, ""));
     if whole.is_empty() && frac.is_empty() {

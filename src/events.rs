@@ -8,7 +8,7 @@ use std::time::Duration;
 use log::Level;
 
 use crate::duration::show as duration;
-use crate::reap::Outcome;
+use crate::exit::Outcome;
 use crate::signals::{self, Signo};
 
 #[derive(Clone, Debug, PartialEq)]
@@ -22,6 +22,7 @@ pub enum Event {
         grace: Duration,
         /// The stop delay, when the signal is held before it is forwarded.
         delay: Option<Duration>,
+        status: Option<String>,
     },
     /// The held stop signal (as rewritten) went out, `waited` after the request.
     StopForwarded {
@@ -47,6 +48,45 @@ pub enum Event {
     Exit {
         code: i32,
         remapped_from: Option<i32>,
+        status: Option<String>,
+    },
+    /// The worker sent `READY=1`, `after` its start.
+    Ready {
+        pid: i32,
+        after: Duration,
+    },
+    /// The worker is no longer ready: `reloading` or `stopping`.
+    NotReady {
+        reason: &'static str,
+    },
+    /// No `WATCHDOG=1` came for `since`; drainit stops the worker with `signal`.
+    WatchdogExpired {
+        interval: Duration,
+        since: Duration,
+        signal: Signo,
+        status: Option<String>,
+    },
+    /// No `READY=1` came within `timeout`; drainit stops the worker with `signal`.
+    ReadyTimeout {
+        timeout: Duration,
+        signal: Signo,
+        status: Option<String>,
+    },
+    /// The watchdog's deadline had passed by more than an interval when
+    /// drainit got to run: one fresh interval instead of a stop.
+    WatchdogLate {
+        late: Duration,
+    },
+    /// A notify message that was dropped: from whom (when known) and why.
+    NotifyRejected {
+        pid: Option<i32>,
+        reason: &'static str,
+        /// The first is a warning, the rest debug.
+        first: bool,
+    },
+    /// The worker's `STATUS=` changed.
+    Status {
+        status: String,
     },
     FinishStarted {
         pid: i32,
@@ -99,6 +139,11 @@ pub enum Event {
         error: String,
         code: i32,
     },
+    /// The finish program could not be executed (drainit's code stays).
+    FinishFailed {
+        command: String,
+        error: String,
+    },
     Failed {
         what: &'static str,
         error: String,
@@ -116,7 +161,10 @@ pub enum Event {
 impl Event {
     pub fn level(&self) -> Level {
         match self {
-            Event::Reaped { .. } | Event::Forwarded { .. } | Event::Started { .. } => Level::Debug,
+            Event::Reaped { .. } | Event::Forwarded { .. } | Event::Started { .. } | Event::Status { .. } => {
+                Level::Debug
+            }
+            Event::NotifyRejected { first: false, .. } => Level::Debug,
             Event::DeadlineReached { .. }
             | Event::BackoffExhausted { .. }
             | Event::RetryAfterInvalid { .. }
@@ -124,8 +172,11 @@ impl Event {
             | Event::LogDropped { .. }
             | Event::FileSkipped { .. }
             | Event::RetryAfterUnavailable { .. }
-            | Event::LoopError { .. } => Level::Warn,
-            Event::ExecFailed { .. } | Event::Failed { .. } => Level::Error,
+            | Event::LoopError { .. }
+            | Event::WatchdogExpired { .. }
+            | Event::ReadyTimeout { .. }
+            | Event::NotifyRejected { .. } => Level::Warn,
+            Event::ExecFailed { .. } | Event::Failed { .. } | Event::FinishFailed { .. } => Level::Error,
             _ => Level::Info,
         }
     }
@@ -136,7 +187,7 @@ impl Event {
 }
 
 /// A logfmt value: quoted only when it must be.
-struct Val<'a>(&'a str);
+pub struct Val<'a>(pub &'a str);
 
 impl fmt::Display for Val<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -164,16 +215,24 @@ fn outcome(f: &mut fmt::Formatter<'_>, o: Outcome) -> fmt::Result {
     }
 }
 
+/// ` status=...` once the worker has sent a `STATUS=`.
+fn status(f: &mut fmt::Formatter<'_>, status: &Option<String>) -> fmt::Result {
+    match status {
+        Some(text) => write!(f, " status={}", Val(text)),
+        None => Ok(()),
+    }
+}
+
 impl fmt::Display for Event {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Event::ChildStarted { pid, attempt } => write!(f, "event=child_started pid={pid} attempt={attempt}"),
-            Event::StopRequested { signal, grace, delay } => {
+            Event::StopRequested { signal, grace, delay, status: s } => {
                 write!(f, "event=stop_requested signal={} grace={}", signals::name(*signal), duration(*grace))?;
-                match delay {
-                    Some(delay) => write!(f, " delay={}", duration(*delay)),
-                    None => Ok(()),
+                if let Some(delay) = delay {
+                    write!(f, " delay={}", duration(*delay))?;
                 }
+                status(f, s)
             }
             Event::StopForwarded { signal, waited } => {
                 write!(f, "event=stop_forwarded signal={} waited={}", signals::name(*signal), duration(*waited))
@@ -189,8 +248,38 @@ impl fmt::Display for Event {
             Event::BackoffExhausted { attempts, elapsed } => {
                 write!(f, "event=backoff_exhausted attempts={attempts} elapsed={}", duration(*elapsed))
             }
-            Event::Exit { code, remapped_from: None } => write!(f, "event=exit code={code}"),
-            Event::Exit { code, remapped_from: Some(from) } => write!(f, "event=exit code={code} remapped_from={from}"),
+            Event::Exit { code, remapped_from, status: s } => {
+                write!(f, "event=exit code={code}")?;
+                if let Some(from) = remapped_from {
+                    write!(f, " remapped_from={from}")?;
+                }
+                status(f, s)
+            }
+            Event::Ready { pid, after } => write!(f, "event=ready pid={pid} after={}", duration(*after)),
+            Event::NotReady { reason } => write!(f, "event=not_ready reason={reason}"),
+            Event::WatchdogExpired { interval, since, signal, status: s } => {
+                write!(
+                    f,
+                    "event=watchdog_expired interval={} since={} signal={}",
+                    duration(*interval),
+                    duration(*since),
+                    signals::name(*signal)
+                )?;
+                status(f, s)
+            }
+            Event::ReadyTimeout { timeout, signal, status: s } => {
+                write!(f, "event=ready_timeout timeout={} signal={}", duration(*timeout), signals::name(*signal))?;
+                status(f, s)
+            }
+            Event::WatchdogLate { late } => write!(f, "event=watchdog_late late={}", duration(*late)),
+            Event::NotifyRejected { pid, reason, .. } => {
+                f.write_str("event=notify_rejected")?;
+                if let Some(pid) = pid {
+                    write!(f, " pid={pid}")?;
+                }
+                write!(f, " reason={reason}")
+            }
+            Event::Status { status: s } => write!(f, "event=status status={}", Val(s)),
             Event::FinishStarted { pid } => write!(f, "event=finish_started pid={pid}"),
             Event::FinishExited { pid, outcome: o, timed_out } => {
                 write!(f, "event=finish_exited pid={pid}")?;
@@ -219,6 +308,9 @@ impl fmt::Display for Event {
             Event::ExecFailed { command, error, code } => {
                 write!(f, "event=exec_failed command={} error={} code={code}", Val(command), Val(error))
             }
+            Event::FinishFailed { command, error } => {
+                write!(f, "event=finish_failed command={} error={}", Val(command), Val(error))
+            }
             Event::Failed { what, error } => write!(f, "event=failed what={what} error={}", Val(error)),
             Event::SubreaperRefused { error } => write!(f, "event=subreaper_refused error={}", Val(error)),
             Event::Started { mode, grace, orchestrator_timeout } => write!(
@@ -241,12 +333,17 @@ mod tests {
         for (event, line) in [
             (Event::ChildStarted { pid: 7, attempt: 1 }, "event=child_started pid=7 attempt=1"),
             (
-                Event::StopRequested { signal: libc::SIGTERM, grace: ms(9000), delay: None },
+                Event::StopRequested { signal: libc::SIGTERM, grace: ms(9000), delay: None, status: None },
                 "event=stop_requested signal=SIGTERM grace=9s",
             ),
             (
-                Event::StopRequested { signal: libc::SIGTERM, grace: ms(9000), delay: Some(ms(5000)) },
-                "event=stop_requested signal=SIGTERM grace=9s delay=5s",
+                Event::StopRequested {
+                    signal: libc::SIGTERM,
+                    grace: ms(9000),
+                    delay: Some(ms(5000)),
+                    status: Some("in_flight=3".into()),
+                },
+                "event=stop_requested signal=SIGTERM grace=9s delay=5s status=\"in_flight=3\"",
             ),
             (
                 Event::StopForwarded { signal: libc::SIGQUIT, waited: ms(5003) },
@@ -264,8 +361,26 @@ mod tests {
                 Event::BackoffExhausted { attempts: 4, elapsed: ms(120_000) },
                 "event=backoff_exhausted attempts=4 elapsed=2m",
             ),
-            (Event::Exit { code: 143, remapped_from: None }, "event=exit code=143"),
-            (Event::Exit { code: 0, remapped_from: Some(143) }, "event=exit code=0 remapped_from=143"),
+            (Event::Exit { code: 143, remapped_from: None, status: None }, "event=exit code=143"),
+            (
+                Event::Exit { code: 0, remapped_from: Some(143), status: Some("two jobs".into()) },
+                "event=exit code=0 remapped_from=143 status=\"two jobs\"",
+            ),
+            (Event::Ready { pid: 7, after: ms(1500) }, "event=ready pid=7 after=1.5s"),
+            (Event::NotReady { reason: "reloading" }, "event=not_ready reason=reloading"),
+            (
+                Event::WatchdogExpired { interval: ms(2000), since: ms(2004), signal: libc::SIGQUIT, status: None },
+                "event=watchdog_expired interval=2s since=2.004s signal=SIGQUIT",
+            ),
+            (
+                Event::ReadyTimeout { timeout: ms(5000), signal: libc::SIGTERM, status: Some("db".into()) },
+                "event=ready_timeout timeout=5s signal=SIGTERM status=db",
+            ),
+            (Event::WatchdogLate { late: ms(7000) }, "event=watchdog_late late=7s"),
+            (
+                Event::NotifyRejected { pid: Some(9), reason: "not_ours", first: true },
+                "event=notify_rejected pid=9 reason=not_ours",
+            ),
             (Event::FinishStarted { pid: 9 }, "event=finish_started pid=9"),
             (
                 Event::FinishExited { pid: 9, outcome: Outcome::Signaled(9), timed_out: true },

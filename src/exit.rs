@@ -2,12 +2,7 @@
 //! table, and the one-line summary of how the container ended that goes to
 //! the termination log.
 
-use std::fmt;
-use std::time::Duration;
-
-use crate::duration;
-use crate::reap::Outcome;
-use crate::signals::{self, Signo};
+use crate::signals::Signo;
 
 /// A code drainit exits with.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -27,6 +22,44 @@ impl Code {
     /// while no worker ran).
     pub fn signal(sig: Signo) -> Code {
         Code(128 + sig)
+    }
+}
+
+/// How a process ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    Exited(i32),
+    Signaled(Signo),
+}
+
+/// `exited:N` or `signal:NAME`, as the termination message and the finish
+/// program's DRAINIT_WORKER_STATUS say it.
+impl std::fmt::Display for Outcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Outcome::Exited(code) => write!(f, "exited:{code}"),
+            Outcome::Signaled(sig) => write!(f, "signal:{}", crate::signals::name(*sig)),
+        }
+    }
+}
+
+impl Outcome {
+    /// Decode a raw waitpid status (stopped/continued never reach drainit:
+    /// it waits without WUNTRACED/WCONTINUED).
+    pub fn from_wait_status(status: i32) -> Outcome {
+        if libc::WIFSIGNALED(status) {
+            Outcome::Signaled(libc::WTERMSIG(status))
+        } else {
+            Outcome::Exited(libc::WEXITSTATUS(status))
+        }
+    }
+
+    /// The shell convention drainit exits with: the code, or 128 + signal.
+    pub fn code(self) -> Code {
+        match self {
+            Outcome::Exited(code) => Code(code),
+            Outcome::Signaled(sig) => Code::signal(sig),
+        }
     }
 }
 
@@ -68,42 +101,6 @@ impl Remap {
     }
 }
 
-/// How the container ended, for the termination log: one logfmt line, of
-/// numbers and signal names only, so far below the 4096 bytes Kubernetes
-/// reads.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Summary {
-    pub code: Code,
-    pub remapped_from: Option<Code>,
-    /// How the last worker ended; None when none ran.
-    pub worker: Option<Outcome>,
-    pub deadline_reached: bool,
-    /// Processes alive when the deadline's SIGKILL went out.
-    pub killed: usize,
-    /// The stop signal and the time from it to drainit's exit.
-    pub stop: Option<(Signo, Duration)>,
-    pub attempts: u32,
-}
-
-impl fmt::Display for Summary {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "drainit: code={}", self.code.0)?;
-        if let Some(from) = self.remapped_from {
-            write!(f, " remapped_from={}", from.0)?;
-        }
-        match self.worker {
-            Some(outcome) => write!(f, " worker={outcome}")?,
-            None => f.write_str(" worker=none")?,
-        }
-        write!(f, " deadline_reached={} killed={}", u8::from(self.deadline_reached), self.killed)?;
-        match self.stop {
-            Some((sig, took)) => write!(f, " stop={} stop_took={}", signals::name(sig), duration::show(took))?,
-            None => f.write_str(" stop=none")?,
-        }
-        write!(f, " attempts={}", self.attempts)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -122,35 +119,5 @@ mod tests {
         for bad in ["143", "a:b", "256:0", "1:256", "-1:0", "143:0:1", "", ":0", "143:", "143:0,143:1"] {
             assert!(Remap::parse(bad.split(',')).is_err(), "{bad}");
         }
-    }
-
-    #[test]
-    fn summary_line() {
-        let s = Summary {
-            code: Code(137),
-            remapped_from: None,
-            worker: Some(Outcome::Signaled(9)),
-            deadline_reached: true,
-            killed: 3,
-            stop: Some((libc::SIGTERM, Duration::from_millis(29_000))),
-            attempts: 1,
-        };
-        assert_eq!(
-            s.to_string(),
-            "drainit: code=137 worker=signal:SIGKILL deadline_reached=1 killed=3 stop=SIGTERM stop_took=29s attempts=1"
-        );
-        let s = Summary {
-            code: Code(0),
-            remapped_from: Some(Code(143)),
-            worker: Some(Outcome::Exited(4)),
-            deadline_reached: false,
-            killed: 0,
-            stop: None,
-            attempts: 2,
-        };
-        assert_eq!(
-            s.to_string(),
-            "drainit: code=0 remapped_from=143 worker=exited:4 deadline_reached=0 killed=0 stop=none attempts=2"
-        );
     }
 }

@@ -4,6 +4,10 @@
 // expect or panic outside tests (checked by `cargo clippy` in CI; release
 // builds abort on panic, so one would take the container down).
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
+// The unsafe boundary, enforced: only sys.rs may hold unsafe code, and
+// every unsafe block there says why it is sound.
+#![deny(unsafe_code)]
+#![deny(clippy::undocumented_unsafe_blocks)]
 // drainit's entry point is the C `main` in sys.rs, not std's.
 #![cfg_attr(not(test), no_main)]
 // The unit tests exercise the parts; the wiring below is only for the binary.
@@ -20,19 +24,30 @@ mod files;
 mod logging;
 mod procs;
 mod reap;
+mod record;
 mod retry_after;
 mod signals;
 mod spawn;
 mod supervisor;
+#[allow(unsafe_code)]
 mod sys;
+mod timers;
 mod tty;
 
 use std::ffi::OsString;
 use std::fmt::Display;
 use std::io::Write;
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use config::Config;
+use custody::Custody;
+use event_loop::{Executor, Sources};
+use events::Event;
 use exit::Code;
+use files::DrainFile;
+use retry_after::RetryAfter;
+use spawn::{Program, Spawner};
+use supervisor::{Settings, Supervisor};
 
 #[global_allocator]
 static ALLOCATOR: sys::Startup = sys::Startup;
@@ -67,7 +82,78 @@ fn run(args: Vec<OsString>) -> ! {
         Err(invalid) => fail(Code::CONFIG, invalid),
     };
     logging::init_logger(&config.log_filter);
-    exit(event_loop::run(config, signals, me, own))
+    // From here on the worker may start: a setup error is a line and an
+    // exit code, never a panic.
+    let mode = reap::setup(me);
+    Event::Started { mode: mode.name(), grace: config.grace, orchestrator_timeout: config.orchestrator_timeout }.emit();
+    let take_tty = tty::hand_over(&signals);
+    let (worker, finish) = match programs(&config) {
+        Ok(programs) => programs,
+        Err(why) => {
+            Event::Failed { what: "command", error: why }.emit();
+            exit(Code::CONFIG)
+        }
+    };
+    let retry_after = RetryAfter::new();
+    if let Some(path) = retry_after.path() {
+        // The worker finds the path in the environment it inherits.
+        sys::set_env(retry_after::VAR, path.as_os_str());
+    }
+    let drain_file = config.drain_file.clone().map(DrainFile::new);
+    if let Some(file) = &drain_file {
+        file.remove_stale();
+    }
+    // /proc is our namespace's when it numbers us as getpid does: otherwise
+    // (`unshare --pid` without `--mount-proc`) pids read there would name
+    // other processes, and drainit must not signal them.
+    let proc_self = own.map(|o| o.pid).filter(|pid| *pid == me);
+    let termination_log = config.termination_log.clone();
+    let mut supervisor = Supervisor::new(settings(config, finish.is_some()), seed(me));
+    let mut exec = Executor {
+        spawner: Spawner::new(take_tty),
+        worker,
+        finish,
+        retry_after,
+        drain_file,
+        termination_log,
+        custody: Custody::new(mode, proc_self.is_some()),
+        proc_self,
+    };
+    let mut sources = Sources { signals };
+    let code = event_loop::run(&mut supervisor, &mut exec, &mut sources);
+    // drainit exits next: the kernel releases the signalfd, the child's
+    // stack and the heap in one go, faster than dropping them one by one.
+    std::mem::forget((exec, sources, supervisor));
+    exit(code)
+}
+
+fn programs(config: &Config) -> Result<(Program, Option<Program>), String> {
+    let worker = Program::new(&config.command)?;
+    let finish = config.finish.as_ref().map(|path| Program::new(std::slice::from_ref(path))).transpose()?;
+    Ok((worker, finish))
+}
+
+/// What the lifecycle needs of the configuration.
+fn settings(config: Config, finish: bool) -> Settings {
+    Settings {
+        grace: config.grace,
+        orchestrator_timeout: config.orchestrator_timeout,
+        rewrite: config.rewrite,
+        backoff: config.backoff,
+        stop_delay: config.stop_delay,
+        finish_timeout: finish.then_some(config.finish_timeout),
+        remap: config.remap,
+        watchdog: None,
+        ready_timeout: None,
+        watchdog_signal: signals::SIGTERM,
+        outer: false,
+    }
+}
+
+/// The backoff's jitter differs from one drainit to the next.
+fn seed(me: i32) -> u64 {
+    let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
+    nanos ^ ((me as u64) << 32)
 }
 
 /// One line on stderr, then exit with `code`.

@@ -13,47 +13,8 @@
 use nix::errno::Errno;
 
 use crate::events::Event;
-use crate::exit::Code;
-use crate::signals::Signo;
+use crate::exit::Outcome;
 use crate::sys;
-
-/// How a process ended.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Outcome {
-    Exited(i32),
-    Signaled(Signo),
-}
-
-/// `exited:N` or `signal:NAME`, as the termination message and the finish
-/// program's DRAINIT_WORKER_STATUS say it.
-impl std::fmt::Display for Outcome {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Outcome::Exited(code) => write!(f, "exited:{code}"),
-            Outcome::Signaled(sig) => write!(f, "signal:{}", crate::signals::name(*sig)),
-        }
-    }
-}
-
-impl Outcome {
-    /// Decode a raw waitpid status (stopped/continued never reach drainit:
-    /// it waits without WUNTRACED/WCONTINUED).
-    pub fn from_wait_status(status: i32) -> Outcome {
-        if libc::WIFSIGNALED(status) {
-            Outcome::Signaled(libc::WTERMSIG(status))
-        } else {
-            Outcome::Exited(libc::WEXITSTATUS(status))
-        }
-    }
-
-    /// The shell convention drainit exits with: the code, or 128 + signal.
-    pub fn code(self) -> Code {
-        match self {
-            Outcome::Exited(code) => Code(code),
-            Outcome::Signaled(sig) => Code::signal(sig),
-        }
-    }
-}
 
 /// How drainit inherits orphans.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -153,6 +114,7 @@ fn let_go(pid: nix::unistd::Pid, status: i32) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::exit::Code;
 
     #[test]
     fn outcome_from_status() {

@@ -1,14 +1,13 @@
 //! Signals: their names, the `--rewrite` table, and the signal source that the
 //! event loop waits on (every signal blocked, taken with rt_sigtimedwait).
 
-use std::os::fd::{AsFd, BorrowedFd};
+use std::os::fd::AsFd;
 use std::time::Duration;
 
 use nix::errno::Errno;
-use nix::poll::{PollFd, PollFlags, ppoll};
+use nix::poll::{PollFd, PollFlags};
 use nix::sys::signal::{SigSet, SigmaskHow, Signal, sigprocmask};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
-use nix::sys::time::TimeSpec;
 
 use crate::sys;
 
@@ -137,7 +136,7 @@ pub struct SignalSource {
 /// While nothing but signals and the clock is waited for (no log line waits
 /// for stderr), taking the first signal is the whole wait: one syscall per
 /// wakeup, and the kernel wakes a task waiting in rt_sigtimedwait sooner than
-/// one waiting on a signalfd (measured: bench/floor's two probes).
+/// one waiting on a signalfd (bench/RESULTS.md).
 #[derive(Clone, Copy, Debug)]
 enum Next {
     /// The first take waits, this long at most (None: until a signal comes;
@@ -155,27 +154,24 @@ impl SignalSource {
         Ok(SignalSource { fd, me, next: Next::Skip })
     }
 
-    /// Prepare the turn's wait: until a signal is pending, `timeout` passes
-    /// (None: forever) or, when given, `stderr` can take more of drainit's
-    /// waiting log lines. Returns whether `stderr` is ready (writable, or
-    /// failed). Without stderr, the wait is left to `drain`'s first take.
-    pub fn wait(&mut self, timeout: Option<Duration>, stderr: Option<BorrowedFd<'_>>) -> nix::Result<bool> {
-        let Some(stderr) = stderr else {
-            self.next = Next::Wait(timeout);
-            return Ok(false);
+    /// Prepare a wait for signals alone: the first take of `drain` waits,
+    /// until a signal is pending or `timeout` passes (None: forever).
+    pub fn wait(&mut self, timeout: Option<Duration>) {
+        self.next = Next::Wait(timeout);
+    }
+
+    /// The signalfd, for a ppoll over the signals and other sources.
+    pub fn poll_fd(&self) -> PollFd<'_> {
+        PollFd::new(self.fd.as_fd(), PollFlags::POLLIN)
+    }
+
+    /// After such a ppoll: what its entry for `poll_fd` said (None: the
+    /// ppoll failed or was interrupted).
+    pub fn polled(&mut self, revents: Option<PollFlags>) {
+        self.next = match revents {
+            Some(r) if r.contains(PollFlags::POLLIN) => Next::Wait(Some(Duration::ZERO)),
+            _ => Next::Skip,
         };
-        self.next = Next::Skip;
-        let mut fds = [PollFd::new(self.fd.as_fd(), PollFlags::POLLIN), PollFd::new(stderr, PollFlags::POLLOUT)];
-        match ppoll(&mut fds, timeout.map(TimeSpec::from), None) {
-            Ok(_) => {
-                if fds[0].revents().is_some_and(|r| r.contains(PollFlags::POLLIN)) {
-                    self.next = Next::Wait(Some(Duration::ZERO));
-                }
-                Ok(fds[1].revents().is_some_and(|r| !r.is_empty()))
-            }
-            Err(Errno::EINTR) => Ok(false),
-            Err(e) => Err(e),
-        }
     }
 
     /// Take what is pending, at most `max` signals, calling `each` for every

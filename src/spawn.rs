@@ -57,9 +57,13 @@ impl Program {
         Ok(Program { name, exec: ExecArgs::new(args) })
     }
 
-    /// The event that says why this program did not start.
-    pub fn failure_event(&self, err: &SpawnError) -> Event {
+    /// The event that says why this program (the finish program, when
+    /// `finish`) did not start.
+    pub fn failure_event(&self, err: &SpawnError, finish: bool) -> Event {
         match err {
+            SpawnError::Exec { errno } if finish => {
+                Event::FinishFailed { command: self.name.clone(), error: errno.desc().to_string() }
+            }
             SpawnError::Exec { errno } => {
                 Event::ExecFailed { command: self.name.clone(), error: errno.desc().to_string(), code: err.code().0 }
             }

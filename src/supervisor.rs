@@ -1,23 +1,24 @@
 //! The lifecycle as an explicit state machine: starting, running, delaying a
 //! stop, stopping with a deadline, draining what is left, sleeping before a
 //! restart, finishing, done. Inputs are values (a signal number, a reaped
-//! status, the answer to an action, the turn's `Now`); outputs are
-//! `Action`s for the event loop to carry out. Nothing here makes a syscall,
-//! so every transition is tested below as a table, without a process.
+//! status, a notify message, a timer that came due, the answer to an
+//! action, the turn's `Now`); outputs are `Action`s for the event loop to
+//! carry out. Every deadline is a row of `Timers`, never a field of a phase;
+//! what happened is kept in one `Record`. Nothing here makes a syscall, so
+//! every transition is tested below as a table, without a process.
 
 use std::time::{Duration, Instant};
 
 use crate::backoff::{self, Backoff, Decision, Jitter};
 use crate::events::Event;
-use crate::exit::{Code, Remap, Summary};
-use crate::reap::Outcome;
+use crate::exit::{Code, Outcome, Remap};
+use crate::record::{Ending, Record, StopReason, StopRequest};
 use crate::signals::{self, Rewrite, SIGKILL, SIGTERM, Signo};
+use crate::timers::{Timer, Timers};
 
 /// The time of one turn of the event loop, read at its first use and then
 /// the same for every input of the turn. A signal that is only forwarded
-/// never reads it, so the kill goes out before the clock is read: a read of
-/// a clock that idled cold (the vDSO's data page, its cache lines) was ~2 us
-/// of the forwarding latency (bench/RESULTS.md).
+/// never reads it, so the kill goes out before the clock is read.
 pub struct Now(Option<Instant>);
 
 impl Now {
@@ -38,12 +39,12 @@ impl Now {
 /// What happened. Within one turn the event loop feeds them in this order,
 /// which the transitions rely on: the answers to the actions of the input
 /// before (`Spawned`, `SpawnFailed`, `RetryAfter`, `Killed`) come first, then
-/// the signals read (each as it is read), then each reaped child, then
-/// `Children` once a reaping round is complete, then `Tick`. So a signal
-/// read in the same turn as the worker's exit is handled while the worker
-/// still counts as running (it goes to what is left of its group). The
-/// clock is read when an input first needs it (`Now`), at the latest by a
-/// `Tick` with a deadline pending.
+/// the signals read (each as it is read), then the notify messages, then
+/// each reaped child, then `Children` once a reaping round is complete, then
+/// each timer that is due. So a signal read in the same turn as the worker's
+/// exit is handled while the worker still counts as running (it goes to what
+/// is left of its group), and a ping read in the turn its watchdog comes due
+/// is seen before the watchdog is judged.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Input {
     /// Answer to `Spawn` or `SpawnFinish`: the new process group's leader.
@@ -52,6 +53,8 @@ pub enum Input {
     /// loop has logged why).
     SpawnFailed(Code),
     Signal(Signo),
+    /// A notify message's assignment, from a process drainit answers for.
+    Notify(Note),
     Reaped(i32, Outcome),
     /// Answer to `ReadRetryAfter`: the sleep the worker asked for.
     RetryAfter(Option<Duration>),
@@ -61,9 +64,35 @@ pub enum Input {
     Children {
         left: bool,
     },
-    /// The end of a turn: deadlines up to `now` are due (the clock is read
-    /// only when one is pending).
-    Tick,
+    /// A timer came due (`take_due`), at the instant it names.
+    Timer(Timer, Instant),
+}
+
+/// What a notify message can say to drainit (systemd's protocol).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Note {
+    Ready,
+    Reloading,
+    Stopping,
+    /// `WATCHDOG=1`.
+    Ping,
+    /// `WATCHDOG=trigger`.
+    Trigger,
+    /// `WATCHDOG_USEC=N`.
+    Interval(Duration),
+    /// `EXTEND_TIMEOUT_USEC=N`.
+    Extend(Duration),
+    Status(String),
+}
+
+/// What drainit tells an outer notify socket (its own supervisor's).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Tell {
+    Ready,
+    Reloading,
+    Stopping,
+    Watchdog,
+    Status(String),
 }
 
 /// What the event loop must do, in order.
@@ -73,8 +102,9 @@ pub enum Action {
     Spawn {
         attempt: u32,
     },
-    /// Start the finish program; answered by `Spawned` / `SpawnFailed`.
-    SpawnFinish(FinishEnv),
+    /// Start the finish program, its environment read off the record;
+    /// answered by `Spawned` / `SpawnFailed`.
+    SpawnFinish(Record),
     /// Send to the current process group (the worker's, or the finish
     /// program's).
     Forward(Signo),
@@ -86,87 +116,48 @@ pub enum Action {
     Deadline,
     /// Read (and remove) the worker's retry-after file; answered by `RetryAfter`.
     ReadRetryAfter,
-    /// No restart can follow any more (a stop is under way): remove the
-    /// retry-after file's directory now, while the worker stops, rather
-    /// than on the exit path (an rmdir on a disk takes 0.2 ms and more).
-    DropRetryAfter,
     /// Create the drain file, if one is configured.
     CreateDrainFile,
+    /// Create the ready file, if one is configured.
+    CreateReadyFile,
+    /// Remove the ready file, if one is configured.
+    RemoveReadyFile,
+    /// Send to the outer notify socket, if there is one.
+    Tell(Tell),
     Log(Event),
-    /// Write the termination message and exit with `summary.code`.
-    Exit(Summary),
+    /// Write the termination message and exit with the record's code.
+    Exit(Record),
 }
 
-/// What the finish program is told, in its environment.
-#[derive(Clone, Debug, PartialEq)]
-pub struct FinishEnv {
-    pub code: Code,
-    pub worker: Outcome,
-    pub deadline_reached: bool,
-    pub stop: Option<Signo>,
-    pub attempt: u32,
-}
-
-impl FinishEnv {
-    /// The variables the contract names, with their values.
-    pub fn vars(&self) -> [(&'static str, String); 5] {
-        [
-            ("DRAINIT_EXIT_CODE", self.code.0.to_string()),
-            ("DRAINIT_WORKER_STATUS", self.worker.to_string()),
-            ("DRAINIT_DEADLINE_REACHED", u8::from(self.deadline_reached).to_string()),
-            ("DRAINIT_STOP_SIGNAL", self.stop.map_or_else(|| "none".to_string(), signals::name)),
-            ("DRAINIT_ATTEMPT", self.attempt.to_string()),
-        ]
-    }
-}
-
-/// The code drainit will exit with, and what it was before `--remap-exit`.
 #[derive(Clone, Copy, Debug, PartialEq)]
-struct Ending {
-    code: Code,
-    remapped_from: Option<Code>,
-}
-
-#[derive(Clone, Debug, PartialEq)]
 enum Phase {
-    /// Waiting for the answer to `Spawn` (attempt `self.attempt`).
+    /// Waiting for the answer to `Spawn` (attempt `record.attempt`).
     Starting,
     Running {
         worker: i32,
     },
-    /// A stop was requested; `held` reaches the worker at `until`.
+    /// A stop was requested; `held` reaches the worker when `StopDelay` fires.
     DelayingStop {
         worker: i32,
         held: Signo,
-        until: Instant,
     },
-    /// The stop went out; at `deadline` everything left is SIGKILLed.
+    /// The stop went out; when `Grace` fires, everything left is SIGKILLed.
     Stopping {
         worker: i32,
-        deadline: Instant,
-        killed: bool,
     },
     /// The worker (or the finish program) is gone; what it left was told to
-    /// go, and drainit waits until it has no child (SIGKILL at `deadline`).
+    /// go, and drainit waits until it has no child.
     Draining {
-        deadline: Instant,
-        killed: bool,
         then: Then,
     },
-    Sleeping {
-        until: Instant,
-    },
+    /// Until `Backoff` fires.
+    Sleeping,
     /// Waiting for the answer to `SpawnFinish`.
-    StartingFinish {
-        ending: Ending,
-        bound: Instant,
-    },
-    /// The finish program runs; at `bound` it and what it started are SIGKILLed.
+    StartingFinish,
+    /// The finish program runs; when `Finish` (or a stop's `Grace`) fires,
+    /// it and what it started are SIGKILLed.
     Finishing {
         pid: i32,
-        ending: Ending,
-        bound: Instant,
-        killed: bool,
     },
     Done,
 }
@@ -178,21 +169,25 @@ enum Then {
     Restart(Code),
     /// The worker is done with this code: the finish program (if any), then exit.
     Finish(Code),
-    /// The finish program is done: exit.
-    Exit(Ending),
+    /// The finish program is done: exit with the record's ending.
+    Exit,
 }
 
-/// A stop request: the first stop signal and its grace deadline.
+/// The watchdog of one attempt.
 #[derive(Clone, Copy, Debug, PartialEq)]
-struct Stop {
-    signal: Signo,
-    at: Instant,
-    deadline: Instant,
+enum Watch {
+    /// No watchdog configured, or disarmed (`STOPPING=1`, a stop, the
+    /// worker's exit).
+    Off,
+    /// Configured; armed once the worker is ready (`--ready-timeout`).
+    AtReady,
+    /// Running: `Timer::Watchdog` holds its deadline.
+    On,
 }
 
 /// Settings the lifecycle depends on.
 #[derive(Clone, Debug)]
-pub struct Policy {
+pub struct Settings {
     pub grace: Duration,
     pub orchestrator_timeout: Duration,
     pub rewrite: Rewrite,
@@ -202,6 +197,11 @@ pub struct Policy {
     /// `--finish-timeout`, when a finish program is configured.
     pub finish_timeout: Option<Duration>,
     pub remap: Remap,
+    pub watchdog: Option<Duration>,
+    pub ready_timeout: Option<Duration>,
+    pub watchdog_signal: Signo,
+    /// drainit has an outer notify socket to tell (`Tell` actions).
+    pub outer: bool,
 }
 
 /// How long the finish program may still run once the grace deadline has
@@ -210,313 +210,486 @@ const FINISH_MARGIN: Duration = Duration::from_millis(500);
 
 #[derive(Debug)]
 pub struct Supervisor {
-    policy: Policy,
+    settings: Settings,
     phase: Phase,
-    attempt: u32,
-    stop: Option<Stop>,
+    timers: Timers,
+    record: Record,
     backoff: Backoff,
     jitter: Jitter,
     /// The worker's requested sleep, read from its retry-after file.
     requested: Option<Duration>,
-    /// How the last worker ended.
-    worker: Option<Outcome>,
-    deadline_reached: bool,
-    killed: usize,
+    /// What is left of the worker (or the finish program) gets SIGKILL
+    /// now, not SIGTERM: its deadline or bound has passed.
+    kill_sent: bool,
+    /// When the current attempt started (`ready`'s `after`).
+    started: Option<Instant>,
+    ready: bool,
+    /// The outer socket was told `READY=1` once.
+    told_ready: bool,
+    watch: Watch,
+    /// The watchdog interval of this attempt (`WATCHDOG_USEC=` changes it).
+    interval: Duration,
 }
 
 impl Supervisor {
-    pub fn new(policy: Policy, seed: u64) -> Supervisor {
-        let backoff = Backoff::new(&policy.backoff);
+    pub fn new(settings: Settings, seed: u64) -> Supervisor {
+        let backoff = Backoff::new(&settings.backoff);
         Supervisor {
-            policy,
             phase: Phase::Starting,
-            attempt: 1,
-            stop: None,
+            timers: Timers::default(),
+            record: Record::new(),
             backoff,
             jitter: Jitter::new(seed),
             requested: None,
-            worker: None,
-            deadline_reached: false,
-            killed: 0,
+            kill_sent: false,
+            started: None,
+            ready: false,
+            told_ready: false,
+            watch: Watch::Off,
+            interval: settings.watchdog.unwrap_or_default(),
+            settings,
         }
     }
 
     pub fn start(&mut self, out: &mut Vec<Action>) {
-        out.push(Action::Spawn { attempt: self.attempt });
+        out.push(Action::Spawn { attempt: self.record.attempt });
     }
 
-    /// When `Tick` must come next, if any deadline is pending.
+    /// When a timer fires next, if any is armed: the loop's timeout.
     pub fn next_deadline(&self) -> Option<Instant> {
-        match self.phase {
-            Phase::DelayingStop { until, .. } | Phase::Sleeping { until } => Some(until),
-            Phase::Stopping { deadline, killed: false, .. } | Phase::Draining { deadline, killed: false, .. } => {
-                Some(deadline)
-            }
-            Phase::Finishing { bound, killed: false, .. } => Some(bound),
-            _ => None,
-        }
+        self.timers.next()
+    }
+
+    /// The next timer due at `now`, as an input (it fires once).
+    pub fn take_due(&mut self, now: Instant) -> Option<Input> {
+        self.timers.take_due(now).map(|(timer, at)| Input::Timer(timer, at))
     }
 
     pub fn handle(&mut self, input: Input, now: &mut Now, out: &mut Vec<Action>) {
         match input {
-            Input::Spawned(pid) => self.spawned(pid, out),
+            Input::Signal(sig) => self.signal(sig, now, out),
+            Input::Spawned(pid) => self.spawned(pid, now.get(), out),
             Input::SpawnFailed(code) => match self.phase {
-                // No worker ran: drainit's own code, never remapped, no finish program.
-                Phase::Starting => self.exit(Ending { code, remapped_from: None }, now.get(), out),
-                Phase::StartingFinish { ending, .. } => self.exit(ending, now.get(), out),
+                // drainit's own code, never remapped; the finish program
+                // runs only when an earlier attempt did run a worker.
+                Phase::Starting => self.finish(Ending::own(code), now.get(), out),
+                Phase::StartingFinish => self.exit(now.get(), out),
                 _ => {}
             },
-            Input::Signal(sig) => self.signal(sig, now, out),
+            Input::Notify(note) => self.note(note, now, out),
             Input::Reaped(pid, outcome) => self.reaped(pid, outcome, now.get(), out),
             Input::RetryAfter(requested) => self.requested = requested,
             Input::Killed(count) => {
-                self.deadline_reached = true;
-                self.killed = count;
+                self.record.deadline_reached = true;
+                self.record.killed = count;
                 out.push(Action::Log(Event::DeadlineReached { remaining: count }));
             }
             Input::Children { left } => self.children(left, now.get(), out),
-            // Without a deadline a tick has nothing to do, and the clock is
-            // not read: the turn of a forward ends sooner, and the worker,
-            // perhaps woken on this CPU, runs sooner.
-            Input::Tick if self.next_deadline().is_none() => {}
-            Input::Tick => self.tick(now.get(), out),
+            Input::Timer(timer, at) => self.fire(timer, at, now.get(), out),
         }
     }
 
-    fn spawned(&mut self, pid: i32, out: &mut Vec<Action>) {
+    fn spawned(&mut self, pid: i32, now: Instant, out: &mut Vec<Action>) {
         match self.phase {
             Phase::Starting => {
                 self.phase = Phase::Running { worker: pid };
-                out.push(Action::Log(Event::ChildStarted { pid, attempt: self.attempt }));
+                out.push(Action::Log(Event::ChildStarted { pid, attempt: self.record.attempt }));
+                self.started = Some(now);
+                self.ready = false;
+                self.interval = self.settings.watchdog.unwrap_or_default();
+                self.watch = Watch::Off;
+                if let Some(timeout) = self.settings.ready_timeout {
+                    self.timers.arm(Timer::Ready, now + timeout);
+                }
+                if self.settings.watchdog.is_some() {
+                    self.watch = Watch::AtReady;
+                    if self.settings.ready_timeout.is_none() {
+                        self.arm_watchdog(now);
+                    }
+                }
             }
-            Phase::StartingFinish { ending, bound } => {
-                self.phase = Phase::Finishing { pid, ending, bound, killed: false };
+            Phase::StartingFinish => {
+                self.phase = Phase::Finishing { pid };
                 out.push(Action::Log(Event::FinishStarted { pid }));
             }
             _ => {}
         }
     }
 
-    /// What `sig` is rewritten to when forwarding it is all there is to do
-    /// (Some(None): --rewrite drops it); None when `handle` must decide: a
-    /// first stop, a stop during the delay, no worker or finish program to
-    /// receive it. The event loop sends these the moment it reads them.
-    pub fn only_forwarded(&self, sig: Signo) -> Option<Option<Signo>> {
-        let stop = signals::is_stop(sig);
+    fn signal(&mut self, sig: Signo, now: &mut Now, out: &mut Vec<Action>) {
+        let first_stop = signals::is_stop(sig) && self.record.stop.is_none();
         match self.phase {
-            _ if stop && self.stop.is_none() => None,
-            Phase::DelayingStop { .. } if stop => None,
+            _ if first_stop => self.first_stop(sig, StopReason::Signal, now.get(), out),
+            // An impatient second stop ends the delay, and goes out itself.
+            Phase::DelayingStop { worker, .. } if signals::is_stop(sig) => {
+                self.forward_stop(sig, worker, now.get(), out)
+            }
             Phase::Running { .. }
             | Phase::DelayingStop { .. }
             | Phase::Stopping { .. }
             | Phase::Draining { .. }
-            | Phase::Finishing { .. } => Some(self.policy.rewrite.apply(sig)),
-            Phase::Sleeping { .. } | Phase::Starting | Phase::StartingFinish { .. } | Phase::Done => None,
+            | Phase::Finishing { .. } => self.forward(sig, out),
+            Phase::Sleeping => out.push(Action::Log(Event::SignalDropped { signal: sig })),
+            Phase::Starting | Phase::StartingFinish | Phase::Done => {}
         }
     }
 
-    fn signal(&mut self, sig: Signo, now: &mut Now, out: &mut Vec<Action>) {
-        if let Some(to) = self.only_forwarded(sig) {
-            out.extend(to.map(Action::Forward));
+    /// The stop begins: a stop signal, the watchdog or the ready timeout.
+    /// Its deadline bounds every phase from here on.
+    fn first_stop(&mut self, sig: Signo, reason: StopReason, now: Instant, out: &mut Vec<Action>) {
+        if self.phase == Phase::Done {
             return;
         }
-        if signals::is_stop(sig) && self.stop.is_none() {
-            return self.first_stop(sig, now.get(), out);
-        }
-        match self.phase {
-            Phase::DelayingStop { worker, .. } => {
-                // An impatient second stop ends the delay, and goes out itself.
-                self.forward_stop(sig, worker, now.get(), out);
+        let delay = self.settings.stop_delay;
+        let delayed = reason == StopReason::Signal && matches!(self.phase, Phase::Running { .. }) && !delay.is_zero();
+        let status = self.record.status.clone();
+        out.push(Action::Log(match reason {
+            StopReason::Signal => Event::StopRequested {
+                signal: sig,
+                grace: self.settings.grace,
+                delay: delayed.then_some(delay),
+                status,
+            },
+            StopReason::Watchdog => {
+                Event::WatchdogExpired { interval: self.interval, since: self.since_ping(now), signal: sig, status }
             }
-            Phase::Sleeping { .. } => out.push(Action::Log(Event::SignalDropped { signal: sig })),
-            _ => {}
+            StopReason::ReadyTimeout => {
+                Event::ReadyTimeout { timeout: self.settings.ready_timeout.unwrap_or_default(), signal: sig, status }
+            }
+        }));
+        out.push(Action::CreateDrainFile);
+        self.not_ready(out);
+        if self.settings.outer {
+            out.push(Action::Tell(Tell::Stopping));
         }
-    }
-
-    fn first_stop(&mut self, sig: Signo, now: Instant, out: &mut Vec<Action>) {
-        let stop = Stop { signal: sig, at: now, deadline: now + self.policy.grace };
-        self.stop = Some(stop);
-        let delay = self.policy.stop_delay;
-        let delayed = matches!(self.phase, Phase::Running { .. }) && !delay.is_zero();
-        let event = Event::StopRequested { signal: sig, grace: self.policy.grace, delay: delayed.then_some(delay) };
-        out.extend([Action::Log(event), Action::CreateDrainFile]);
-        match &mut self.phase {
+        self.record.stop = Some(StopRequest { signal: sig, reason, at: now });
+        self.timers.arm_by(Timer::Grace, now + self.settings.grace);
+        self.watch = Watch::Off;
+        self.timers.disarm(Timer::Watchdog);
+        self.timers.disarm(Timer::Ready);
+        match self.phase {
             Phase::Running { worker } if delayed => {
-                self.phase = Phase::DelayingStop { worker: *worker, held: sig, until: now + delay };
+                self.phase = Phase::DelayingStop { worker, held: sig };
+                self.timers.arm(Timer::StopDelay, now + delay);
             }
             Phase::Running { worker } => {
-                self.phase = Phase::Stopping { worker: *worker, deadline: stop.deadline, killed: false };
+                self.phase = Phase::Stopping { worker };
                 self.forward(sig, out);
             }
-            Phase::Draining { then, .. } => {
+            Phase::Draining { then } => {
                 if let Then::Restart(_) = then {
                     // No restart after a stop: end as if stopped while asleep.
-                    *then = Then::Finish(Code::signal(sig));
+                    self.phase = Phase::Draining { then: Then::Finish(Code::signal(sig)) };
                 }
                 self.forward(sig, out);
             }
-            Phase::Sleeping { .. } => self.end(Code::signal(sig), now, out),
-            Phase::Finishing { bound, .. } => {
-                *bound = (*bound).min(stop.deadline);
-                self.forward(sig, out);
+            Phase::Sleeping => {
+                self.timers.disarm(Timer::Backoff);
+                self.end(Code::signal(sig), now, out);
             }
-            Phase::Starting | Phase::StartingFinish { .. } | Phase::DelayingStop { .. } => {}
-            Phase::Stopping { .. } | Phase::Done => {}
-        }
-        // After the signal: the kill goes out first.
-        if !matches!(self.phase, Phase::Done) {
-            out.push(Action::DropRetryAfter);
+            Phase::Finishing { .. } => self.forward(sig, out),
+            Phase::Starting
+            | Phase::StartingFinish
+            | Phase::DelayingStop { .. }
+            | Phase::Stopping { .. }
+            | Phase::Done => {}
         }
     }
 
     /// The stop signal reaches the worker: the delay (if any) is over.
     fn forward_stop(&mut self, sig: Signo, worker: i32, now: Instant, out: &mut Vec<Action>) {
-        let Some(stop) = self.stop else { return };
-        if let Some(to) = self.policy.rewrite.apply(sig) {
+        let Some(stop) = self.record.stop else { return };
+        self.timers.disarm(Timer::StopDelay);
+        if let Some(to) = self.settings.rewrite.apply(sig) {
             out.push(Action::Forward(to));
             out.push(Action::Log(Event::StopForwarded { signal: to, waited: now.saturating_duration_since(stop.at) }));
         }
-        self.phase = Phase::Stopping { worker, deadline: stop.deadline, killed: false };
+        self.phase = Phase::Stopping { worker };
     }
 
     fn forward(&self, sig: Signo, out: &mut Vec<Action>) {
-        if let Some(to) = self.policy.rewrite.apply(sig) {
+        if let Some(to) = self.settings.rewrite.apply(sig) {
             out.push(Action::Forward(to));
         }
+    }
+
+    /// A message from the worker's side. Readiness and the watchdog are the
+    /// running worker's alone: during a stop, or with no worker, only its
+    /// status is kept.
+    fn note(&mut self, note: Note, now: &mut Now, out: &mut Vec<Action>) {
+        let running = match self.phase {
+            Phase::Running { worker } => Some(worker),
+            _ => None,
+        };
+        match note {
+            Note::Status(text) if self.record.status.as_deref() != Some(text.as_str()) => {
+                out.push(Action::Log(Event::Status { status: text.clone() }));
+                if self.settings.outer {
+                    out.push(Action::Tell(Tell::Status(text.clone())));
+                }
+                self.record.status = Some(text);
+            }
+            Note::Ready => {
+                let Some(pid) = running.filter(|_| !self.ready) else { return };
+                let now = now.get();
+                self.ready = true;
+                let after = self.started.map_or(Duration::ZERO, |t| now.saturating_duration_since(t));
+                out.extend([Action::Log(Event::Ready { pid, after }), Action::CreateReadyFile]);
+                self.timers.disarm(Timer::Ready);
+                if self.watch == Watch::AtReady {
+                    self.arm_watchdog(now);
+                }
+                if self.settings.outer && !self.told_ready {
+                    self.told_ready = true;
+                    out.push(Action::Tell(Tell::Ready));
+                }
+            }
+            Note::Reloading if running.is_some() => {
+                if self.ready {
+                    self.not_ready(out);
+                    out.push(Action::Log(Event::NotReady { reason: "reloading" }));
+                }
+                if self.settings.outer {
+                    out.push(Action::Tell(Tell::Reloading));
+                }
+            }
+            Note::Stopping if running.is_some() => {
+                self.not_ready(out);
+                out.push(Action::Log(Event::NotReady { reason: "stopping" }));
+                self.watch = Watch::Off;
+                self.timers.disarm(Timer::Watchdog);
+                self.timers.disarm(Timer::Ready);
+                if self.settings.outer {
+                    out.push(Action::Tell(Tell::Stopping));
+                }
+            }
+            Note::Ping if running.is_some() && self.watch == Watch::On => {
+                self.arm_watchdog(now.get());
+                if self.settings.outer {
+                    out.push(Action::Tell(Tell::Watchdog));
+                }
+            }
+            Note::Trigger if running.is_some() && self.watch != Watch::Off => {
+                self.expire(StopReason::Watchdog, now.get(), out);
+            }
+            Note::Interval(interval) if running.is_some() && self.watch != Watch::Off && !interval.is_zero() => {
+                self.interval = interval;
+                if self.watch == Watch::On {
+                    self.arm_watchdog(now.get());
+                }
+            }
+            Note::Extend(by) if running.is_some() && !self.ready => {
+                if let Some(at) = self.timers.get(Timer::Ready) {
+                    self.timers.arm(Timer::Ready, at.max(now.get() + by));
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn arm_watchdog(&mut self, now: Instant) {
+        self.watch = Watch::On;
+        self.timers.arm(Timer::Watchdog, now + self.interval);
+    }
+
+    /// Time since the last ping (or the arming): the watchdog's deadline is
+    /// always that instant plus the interval.
+    fn since_ping(&self, now: Instant) -> Duration {
+        match self.timers.get(Timer::Watchdog) {
+            Some(at) if at >= now => self.interval.saturating_sub(at - now),
+            Some(at) => now - at + self.interval,
+            None => self.interval,
+        }
+    }
+
+    /// The ready file goes: a stop, `RELOADING=1`, `STOPPING=1`, an exit.
+    fn not_ready(&mut self, out: &mut Vec<Action>) {
+        if std::mem::take(&mut self.ready) {
+            out.push(Action::RemoveReadyFile);
+        }
+    }
+
+    /// The watchdog or the ready timeout stops the worker: its signal at
+    /// once (no stop delay), then everything a stop does.
+    fn expire(&mut self, reason: StopReason, now: Instant, out: &mut Vec<Action>) {
+        // For `since`: the deadline that passed, as if still armed.
+        if reason == StopReason::Watchdog && !self.timers.is_armed(Timer::Watchdog) {
+            self.timers.arm(Timer::Watchdog, now);
+        }
+        self.first_stop(self.settings.watchdog_signal, reason, now, out);
     }
 
     /// A child was reaped: the worker, the finish program, or an orphan.
     fn reaped(&mut self, pid: i32, outcome: Outcome, now: Instant, out: &mut Vec<Action>) {
         match self.phase {
-            Phase::Running { worker } | Phase::DelayingStop { worker, .. } | Phase::Stopping { worker, .. }
+            Phase::Running { worker } | Phase::DelayingStop { worker, .. } | Phase::Stopping { worker }
                 if pid == worker =>
             {
                 self.worker_exited(pid, outcome, now, out)
             }
-            Phase::Finishing { pid: finish, ending, bound, killed } if pid == finish => {
-                out.push(Action::Log(Event::FinishExited { pid, outcome, timed_out: killed }));
-                self.phase = Phase::Draining { deadline: bound, killed, then: Then::Exit(ending) };
-                out.push(Action::SignalAll(if killed { SIGKILL } else { SIGTERM }));
+            Phase::Finishing { pid: finish } if pid == finish => {
+                out.push(Action::Log(Event::FinishExited { pid, outcome, timed_out: self.kill_sent }));
+                self.phase = Phase::Draining { then: Then::Exit };
+                out.push(Action::SignalAll(if self.kill_sent { SIGKILL } else { SIGTERM }));
             }
             _ => out.push(Action::Log(Event::Reaped { pid, outcome })),
         }
     }
 
     fn worker_exited(&mut self, pid: i32, outcome: Outcome, now: Instant, out: &mut Vec<Action>) {
-        self.worker = Some(outcome);
+        self.record.worker = Some(outcome);
         out.push(Action::Log(Event::ChildExited { pid, outcome }));
+        self.not_ready(out);
+        self.watch = Watch::Off;
+        for timer in [Timer::Watchdog, Timer::Ready, Timer::StopDelay] {
+            self.timers.disarm(timer);
+        }
         let code = outcome.code();
-        let Some(stop) = self.stop else {
-            let deadline = now + self.policy.grace;
-            if self.policy.backoff.wants_restart(code) {
-                self.phase = Phase::Draining { deadline, killed: false, then: Then::Restart(code) };
+        let then = match self.record.stop {
+            None if self.settings.backoff.wants_restart(code) => {
                 out.push(Action::ReadRetryAfter);
-            } else {
-                self.phase = Phase::Draining { deadline, killed: false, then: Then::Finish(code) };
+                Then::Restart(code)
             }
-            out.push(Action::SignalAll(SIGTERM));
-            return;
+            None => Then::Finish(code),
+            // A stop drainit began itself never ends in 0: restart policies
+            // that act on failure must see one.
+            Some(stop) if code == Code(0) && stop.reason != StopReason::Signal => {
+                Then::Finish(Code::signal(self.settings.watchdog_signal))
+            }
+            Some(_) => Then::Finish(code),
         };
-        // What is left keeps the deadline of the stop under way; a worker
-        // that exits during the stop delay ends the delay, and its leftovers
-        // get the usual SIGTERM, not the held signal.
-        let killed = matches!(self.phase, Phase::Stopping { killed: true, .. }) || stop.deadline <= now;
-        self.phase = Phase::Draining { deadline: stop.deadline, killed, then: Then::Finish(code) };
-        out.push(Action::SignalAll(if killed { SIGKILL } else { SIGTERM }));
-    }
-
-    fn children(&mut self, left: bool, now: Instant, out: &mut Vec<Action>) {
-        let Phase::Draining { killed, then, .. } = self.phase else { return };
-        match (left, then) {
-            // Past the deadline, anything reparented to drainit since the
-            // SIGKILL (a subreaper's escapees) gets one too.
-            (true, _) if killed => out.push(Action::SignalAll(SIGKILL)),
-            (true, _) => {}
-            (false, Then::Restart(code)) => self.back_off(code, now, out),
-            (false, Then::Finish(code)) => self.end(code, now, out),
-            (false, Then::Exit(ending)) => self.exit(ending, now, out),
+        self.phase = Phase::Draining { then };
+        // What is left keeps the deadline of the stop under way, or gets
+        // the grace from now; a worker that exits during the stop delay
+        // ends the delay, and its leftovers get the usual SIGTERM, not the
+        // held signal. Past the deadline, the `Grace` timer that is due
+        // fires in this turn and kills them.
+        if self.record.stop.is_none() {
+            self.timers.arm(Timer::Grace, now + self.settings.grace);
+        }
+        if self.kill_sent {
+            out.push(Action::SignalAll(SIGKILL));
+        } else if self.timers.get(Timer::Grace).is_some_and(|at| at > now) {
+            out.push(Action::SignalAll(SIGTERM));
         }
     }
 
-    fn tick(&mut self, now: Instant, out: &mut Vec<Action>) {
-        match &mut self.phase {
-            Phase::DelayingStop { worker, held, until } if *until <= now => {
-                let (worker, held) = (*worker, *held);
-                self.forward_stop(held, worker, now, out);
-                self.tick(now, out);
+    fn children(&mut self, left: bool, now: Instant, out: &mut Vec<Action>) {
+        let Phase::Draining { then } = self.phase else { return };
+        if !left {
+            // The leftovers' deadline is over; a stop's still bounds what
+            // follows (the finish program).
+            match self.record.stop {
+                Some(stop) if stop.at + self.settings.grace > now => {
+                    self.timers.arm(Timer::Grace, stop.at + self.settings.grace)
+                }
+                _ => self.timers.disarm(Timer::Grace),
             }
-            Phase::Stopping { deadline, killed: killed @ false, .. } if *deadline <= now => {
-                *killed = true;
+        }
+        match (left, then) {
+            // Past the deadline, anything reparented to drainit since the
+            // SIGKILL (a subreaper's escapees) gets one too.
+            (true, _) if self.kill_sent => out.push(Action::SignalAll(SIGKILL)),
+            (true, _) => {}
+            (false, Then::Restart(code)) => self.back_off(code, now, out),
+            (false, Then::Finish(code)) => self.end(code, now, out),
+            (false, Then::Exit) => self.exit(now, out),
+        }
+    }
+
+    fn fire(&mut self, timer: Timer, at: Instant, now: Instant, out: &mut Vec<Action>) {
+        match (timer, self.phase) {
+            (Timer::StopDelay, Phase::DelayingStop { worker, held }) => self.forward_stop(held, worker, now, out),
+            (Timer::Watchdog, Phase::Running { .. }) if self.watch == Watch::On => {
+                // drainit itself did not run for more than an interval past
+                // the deadline (stopped, paused, starved): the messages of
+                // this turn were read and held no ping, but the worker had
+                // no chance to be seen. One fresh interval.
+                let late = now.saturating_duration_since(at);
+                if late > self.interval {
+                    out.push(Action::Log(Event::WatchdogLate { late }));
+                    self.arm_watchdog(now);
+                } else {
+                    self.timers.arm(Timer::Watchdog, at);
+                    self.expire(StopReason::Watchdog, now, out);
+                }
+            }
+            (Timer::Ready, Phase::Running { .. }) => self.expire(StopReason::ReadyTimeout, now, out),
+            (Timer::Grace, Phase::Stopping { .. } | Phase::Draining { then: Then::Restart(_) | Then::Finish(_) }) => {
+                self.kill_sent = true;
                 out.push(Action::Deadline);
             }
-            Phase::Draining { deadline, killed: killed @ false, then } if *deadline <= now => {
-                *killed = true;
-                // The finish program's leftovers are past its bound, not the grace.
-                out.push(if let Then::Exit(_) = then { Action::SignalAll(SIGKILL) } else { Action::Deadline });
-            }
-            Phase::Finishing { bound, killed: killed @ false, .. } if *bound <= now => {
-                *killed = true;
+            // The finish program's bound, or the deadline of a stop that
+            // came while it ran: it and what it left are killed, no
+            // `deadline_reached` (that is the worker's).
+            (Timer::Grace | Timer::Finish, Phase::Finishing { .. } | Phase::Draining { then: Then::Exit })
+                if !self.kill_sent =>
+            {
+                self.kill_sent = true;
                 out.push(Action::SignalAll(SIGKILL));
             }
-            Phase::Sleeping { until } if *until <= now => {
-                self.attempt += 1;
+            (Timer::Backoff, Phase::Sleeping) => {
+                self.record.attempt += 1;
+                self.kill_sent = false;
                 self.phase = Phase::Starting;
-                out.push(Action::Spawn { attempt: self.attempt });
+                out.push(Action::Spawn { attempt: self.record.attempt });
             }
             _ => {}
         }
     }
 
     fn back_off(&mut self, code: Code, now: Instant, out: &mut Vec<Action>) {
+        self.timers.disarm(Timer::Grace);
         let unit = self.jitter.unit();
-        match self.backoff.next(&self.policy.backoff, now, self.requested.take(), unit) {
+        match self.backoff.next(&self.settings.backoff, now, self.requested.take(), unit) {
             Decision::Sleep(delay) => {
-                self.phase = Phase::Sleeping { until: now + delay };
-                out.push(Action::Log(Event::Backoff { attempt: self.attempt, code: code.0, delay }));
+                self.phase = Phase::Sleeping;
+                self.timers.arm(Timer::Backoff, now + delay);
+                out.push(Action::Log(Event::Backoff { attempt: self.record.attempt, code: code.0, delay }));
             }
             Decision::Exhausted { elapsed } => {
-                out.push(Action::Log(Event::BackoffExhausted { attempts: self.attempt, elapsed }));
+                out.push(Action::Log(Event::BackoffExhausted { attempts: self.record.attempt, elapsed }));
                 self.end(code, now, out);
             }
         }
     }
 
-    /// drainit is done with the worker and will exit with `code` (remapped):
-    /// first the finish program, when there is one.
+    /// drainit is done with the worker and will exit with `code`, remapped.
     fn end(&mut self, code: Code, now: Instant, out: &mut Vec<Action>) {
-        let remapped = self.policy.remap.apply(code);
-        let ending = Ending { code: remapped.unwrap_or(code), remapped_from: remapped.map(|_| code) };
-        let (Some(timeout), Some(worker)) = (self.policy.finish_timeout, self.worker) else {
-            return self.exit(ending, now, out);
-        };
-        let bound = match self.stop {
-            Some(stop) if stop.deadline > now => stop.deadline,
-            Some(stop) => (stop.at + self.policy.orchestrator_timeout).checked_sub(FINISH_MARGIN).unwrap_or(now),
-            None => now + timeout,
-        };
-        self.phase = Phase::StartingFinish { ending, bound };
-        out.push(Action::SpawnFinish(FinishEnv {
-            code: ending.code,
-            worker,
-            deadline_reached: self.deadline_reached,
-            stop: self.stop.map(|s| s.signal),
-            attempt: self.attempt,
-        }));
+        let remapped = self.settings.remap.apply(code);
+        self.finish(Ending { code: remapped.unwrap_or(code), remapped_from: remapped.map(|_| code) }, now, out);
     }
 
-    fn exit(&mut self, ending: Ending, now: Instant, out: &mut Vec<Action>) {
+    /// drainit ends with `ending`: first the finish program, when there is
+    /// one and a worker ran, its time bounded by the stop under way (its
+    /// grace deadline, or the orchestrator's SIGKILL less a margin once
+    /// that passed) or else by the finish timeout.
+    fn finish(&mut self, ending: Ending, now: Instant, out: &mut Vec<Action>) {
+        self.record.ending = Some(ending);
+        let (Some(timeout), Some(_)) = (self.settings.finish_timeout, self.record.worker) else {
+            return self.exit(now, out);
+        };
+        let bound = match self.record.stop {
+            Some(stop) => (stop.at + self.settings.orchestrator_timeout).checked_sub(FINISH_MARGIN).unwrap_or(now),
+            None => now + timeout,
+        };
+        self.timers.arm(Timer::Finish, bound);
+        self.kill_sent = false;
+        self.phase = Phase::StartingFinish;
+        out.push(Action::SpawnFinish(self.record.clone()));
+    }
+
+    fn exit(&mut self, now: Instant, out: &mut Vec<Action>) {
         self.phase = Phase::Done;
-        let Ending { code, remapped_from } = ending;
-        out.push(Action::Log(Event::Exit { code: code.0, remapped_from: remapped_from.map(|c| c.0) }));
-        out.push(Action::Exit(Summary {
-            code,
-            remapped_from,
-            worker: self.worker,
-            deadline_reached: self.deadline_reached,
-            killed: self.killed,
-            stop: self.stop.map(|s| (s.signal, now.saturating_duration_since(s.at))),
-            attempts: self.attempt,
+        self.timers = Timers::default();
+        self.record.exit_at = Some(now);
+        let ending = self.record.ending.unwrap_or(Ending::own(Code::FAILED));
+        out.push(Action::Log(Event::Exit {
+            code: ending.code.0,
+            remapped_from: ending.remapped_from.map(|c| c.0),
+            status: self.record.status.clone(),
         }));
+        out.push(Action::Exit(self.record.clone()));
     }
 }
 
@@ -536,8 +709,8 @@ mod tests {
         Duration::from_millis(n)
     }
 
-    fn policy() -> Policy {
-        Policy {
+    fn policy() -> Settings {
+        Settings {
             grace: ms(5000),
             orchestrator_timeout: ms(7000),
             rewrite: Rewrite::default(),
@@ -545,7 +718,29 @@ mod tests {
             stop_delay: Duration::ZERO,
             finish_timeout: None,
             remap: Remap::default(),
+            watchdog: None,
+            ready_timeout: None,
+            watchdog_signal: SIGTERM,
+            outer: false,
         }
+    }
+
+    /// One step of a story: an input, or the clock (every timer due).
+    #[derive(Clone, Debug)]
+    enum Step {
+        In(Input),
+        Tick,
+    }
+    use Step::Tick;
+
+    impl From<Input> for Step {
+        fn from(input: Input) -> Step {
+            Step::In(input)
+        }
+    }
+
+    fn i(input: Input) -> Step {
+        Step::In(input)
     }
 
     /// A supervisor and the instant its story starts at.
@@ -555,7 +750,7 @@ mod tests {
     }
 
     impl Story {
-        fn new(policy: Policy) -> Story {
+        fn new(policy: Settings) -> Story {
             let mut s = Supervisor::new(policy, 7);
             let mut out = Vec::new();
             s.start(&mut out);
@@ -563,16 +758,30 @@ mod tests {
             Story { s, t: Instant::now() }
         }
 
-        /// Feed `input` at t + `at` ms; the actions, briefly.
-        fn feed(&mut self, at: u64, input: Input) -> Vec<String> {
+        /// Take `step` at t + `at` ms: its actions.
+        fn actions(&mut self, at: u64, step: impl Into<Step>) -> Vec<Action> {
+            let now = self.t + ms(at);
             let mut out = Vec::new();
-            self.s.handle(input, &mut Now::at(self.t + ms(at)), &mut out);
-            out.iter().map(brief).collect()
+            match step.into() {
+                Step::In(input) => self.s.handle(input, &mut Now::at(now), &mut out),
+                // As the event loop does: every timer due, one at a time.
+                Step::Tick => {
+                    while let Some(due) = self.s.take_due(now) {
+                        self.s.handle(due, &mut Now::at(now), &mut out);
+                    }
+                }
+            }
+            out
         }
 
-        fn feed_all(&mut self, steps: &[(u64, Input)]) {
-            for (at, input) in steps {
-                self.feed(*at, input.clone());
+        /// Take `step` at t + `at` ms; the actions, briefly.
+        fn feed(&mut self, at: u64, step: impl Into<Step>) -> Vec<String> {
+            self.actions(at, step).iter().map(brief).collect()
+        }
+
+        fn feed_all(&mut self, steps: &[(u64, Step)]) {
+            for (at, step) in steps {
+                self.feed(*at, step.clone());
             }
         }
 
@@ -583,8 +792,8 @@ mod tests {
                 Phase::DelayingStop { .. } => "delaying_stop",
                 Phase::Stopping { .. } => "stopping",
                 Phase::Draining { .. } => "draining",
-                Phase::Sleeping { .. } => "sleeping",
-                Phase::StartingFinish { .. } => "starting_finish",
+                Phase::Sleeping => "sleeping",
+                Phase::StartingFinish => "starting_finish",
                 Phase::Finishing { .. } => "finishing",
                 Phase::Done => "done",
             }
@@ -599,17 +808,19 @@ mod tests {
     fn brief(a: &Action) -> String {
         match a {
             Action::Spawn { attempt } => format!("spawn {attempt}"),
-            Action::SpawnFinish(env) => format!("spawn_finish code={}", env.code.0),
+            Action::SpawnFinish(record) => format!("spawn_finish code={}", record.code().0),
             Action::Forward(sig) => format!("forward {}", signals::name(*sig)),
             Action::SignalAll(sig) => format!("all {}", signals::name(*sig)),
             Action::Deadline => "deadline".into(),
             Action::ReadRetryAfter => "read_retry_after".into(),
-            Action::DropRetryAfter => "drop_retry_after".into(),
             Action::CreateDrainFile => "drain_file".into(),
+            Action::CreateReadyFile => "ready_file".into(),
+            Action::RemoveReadyFile => "ready_file_gone".into(),
+            Action::Tell(t) => format!("tell {t:?}"),
             Action::Log(e) => {
                 format!("log {}", e.to_string().split(' ').next().unwrap_or("").trim_start_matches("event="))
             }
-            Action::Exit(s) => format!("exit {}", s.code.0),
+            Action::Exit(record) => format!("exit {}", record.code().0),
         }
     }
 
@@ -619,13 +830,13 @@ mod tests {
 
     // The named starting points of the table: each is reached from the
     // start by real inputs, at t + 0 unless said otherwise.
-    fn running(p: Policy) -> Story {
+    fn running(p: Settings) -> Story {
         let mut st = Story::new(p);
         st.feed(0, Spawned(W));
         st
     }
     fn delaying() -> Story {
-        let mut st = running(Policy { stop_delay: ms(2000), ..policy() });
+        let mut st = running(Settings { stop_delay: ms(2000), ..policy() });
         st.feed(0, Signal(SIGTERM));
         st
     }
@@ -640,58 +851,23 @@ mod tests {
         st.feed(5000, Killed(2));
         st
     }
-    fn draining(p: Policy, code: i32) -> Story {
+    fn draining(p: Settings, code: i32) -> Story {
         let mut st = running(p);
         st.feed(0, Reaped(W, exited(code)));
         st
     }
     fn sleeping() -> Story {
         let mut st = draining(policy(), 75);
-        st.feed_all(&[(0, RetryAfter(Some(ms(300)))), (0, Children { left: false })]);
+        st.feed_all(&[(0, i(RetryAfter(Some(ms(300))))), (0, i(Children { left: false }))]);
         st
     }
-    fn with_finish() -> Policy {
-        Policy { finish_timeout: Some(ms(3000)), ..policy() }
+    fn with_finish() -> Settings {
+        Settings { finish_timeout: Some(ms(3000)), ..policy() }
     }
     fn finishing() -> Story {
         let mut st = draining(with_finish(), 4);
-        st.feed_all(&[(0, Children { left: false }), (0, Spawned(F))]);
+        st.feed_all(&[(0, i(Children { left: false })), (0, i(Spawned(F)))]);
         st
-    }
-
-    /// The event loop sends what `only_forwarded` names without feeding the
-    /// signal, so `handle` must do nothing more with it: no other action,
-    /// no change of phase (the table above says which phases forward what).
-    #[test]
-    fn a_plain_forward_is_all_handle_does_with_the_signal() {
-        fn rewriting() -> Policy {
-            Policy { rewrite: Rewrite::parse(["USR2:0", "TERM:QUIT", "HUP:INT"]).unwrap(), ..policy() }
-        }
-        type Start = (&'static str, fn() -> Story);
-        let starts: &[Start] = &[
-            ("starting", || Story::new(policy())),
-            ("running", || running(policy())),
-            ("running, rewriting", || running(rewriting())),
-            ("delaying", delaying),
-            ("stopping", stopping),
-            ("killed", killed),
-            ("draining", || draining(policy(), 3)),
-            ("draining a backoff exit", || draining(policy(), 75)),
-            ("sleeping", sleeping),
-            ("finishing", finishing),
-        ];
-        for (name, start) in starts {
-            for sig in [HUP, SIGINT, SIGQUIT, SIGTERM, USR1, libc::SIGUSR2, libc::SIGWINCH, 40, 64] {
-                let mut st = start();
-                let plain = st.s.only_forwarded(sig);
-                let (before, actions) = (st.phase(), st.feed(10, Signal(sig)));
-                if let Some(to) = plain {
-                    let want: Vec<String> = to.map(|to| format!("forward {}", signals::name(to))).into_iter().collect();
-                    assert_eq!(actions, want, "{name}, {}", signals::name(sig));
-                    assert_eq!(st.phase(), before, "{name}, {}: a plain forward changed the phase", signals::name(sig));
-                }
-            }
-        }
     }
 
     /// phase x input -> actions + phase. Times in ms after the story's start;
@@ -699,90 +875,104 @@ mod tests {
     /// set) 2s, the finish timeout (where set) 3s.
     #[test]
     fn transitions() {
-        type Row = (&'static str, fn() -> Story, u64, Input, &'static [&'static str], &'static str);
+        type Row = (&'static str, fn() -> Story, u64, Step, &'static [&'static str], &'static str);
         let rows: &[Row] = &[
             // starting
-            ("first start", || Story::new(policy()), 0, Spawned(W), &["log child_started"], "running"),
-            ("exec failure", || Story::new(policy()), 0, SpawnFailed(Code(127)), &["log exit", "exit 127"], "done"),
+            ("first start", || Story::new(policy()), 0, i(Spawned(W)), &["log child_started"], "running"),
+            ("exec failure", || Story::new(policy()), 0, i(SpawnFailed(Code(127))), &["log exit", "exit 127"], "done"),
             // running
-            ("signal", || running(policy()), 0, Signal(HUP), &["forward SIGHUP"], "running"),
+            ("signal", || running(policy()), 0, i(Signal(HUP)), &["forward SIGHUP"], "running"),
             (
                 "stop",
                 || running(policy()),
                 0,
-                Signal(SIGTERM),
-                &["log stop_requested", "drain_file", "forward SIGTERM", "drop_retry_after"],
+                i(Signal(SIGTERM)),
+                &["log stop_requested", "drain_file", "forward SIGTERM"],
                 "stopping",
             ),
             (
                 "stop, delayed",
-                || running(Policy { stop_delay: ms(2000), ..policy() }),
+                || running(Settings { stop_delay: ms(2000), ..policy() }),
                 0,
-                Signal(SIGINT),
-                &["log stop_requested", "drain_file", "drop_retry_after"],
+                i(Signal(SIGINT)),
+                &["log stop_requested", "drain_file"],
                 "delaying_stop",
             ),
-            ("exit", || running(policy()), 0, Reaped(W, exited(3)), &["log child_exited", "all SIGTERM"], "draining"),
+            (
+                "exit",
+                || running(policy()),
+                0,
+                i(Reaped(W, exited(3))),
+                &["log child_exited", "all SIGTERM"],
+                "draining",
+            ),
             (
                 "backoff exit",
                 || running(policy()),
                 0,
-                Reaped(W, exited(75)),
+                i(Reaped(W, exited(75))),
                 &["log child_exited", "read_retry_after", "all SIGTERM"],
                 "draining",
             ),
-            ("orphan", || running(policy()), 0, Reaped(ORPHAN, exited(0)), &["log reaped"], "running"),
+            ("orphan", || running(policy()), 0, i(Reaped(ORPHAN, exited(0))), &["log reaped"], "running"),
             ("no deadline yet", || running(policy()), 60_000, Tick, &[], "running"),
             // delaying a stop
-            ("signal in delay", delaying, 500, Signal(USR1), &["forward SIGUSR1"], "delaying_stop"),
-            ("second stop", delaying, 500, Signal(SIGTERM), &["forward SIGTERM", "log stop_forwarded"], "stopping"),
+            ("signal in delay", delaying, 500, i(Signal(USR1)), &["forward SIGUSR1"], "delaying_stop"),
+            ("second stop", delaying, 500, i(Signal(SIGTERM)), &["forward SIGTERM", "log stop_forwarded"], "stopping"),
             ("delay not over", delaying, 1999, Tick, &[], "delaying_stop"),
             ("delay over", delaying, 2000, Tick, &["forward SIGTERM", "log stop_forwarded"], "stopping"),
-            ("exit in delay", delaying, 500, Reaped(W, exited(0)), &["log child_exited", "all SIGTERM"], "draining"),
+            ("exit in delay", delaying, 500, i(Reaped(W, exited(0))), &["log child_exited", "all SIGTERM"], "draining"),
             // stopping
-            ("stop again", stopping, 100, Signal(SIGQUIT), &["forward SIGQUIT"], "stopping"),
+            ("stop again", stopping, 100, i(Signal(SIGQUIT)), &["forward SIGQUIT"], "stopping"),
             ("before deadline", stopping, 4999, Tick, &[], "stopping"),
             ("deadline", stopping, 5000, Tick, &["deadline"], "stopping"),
-            ("killed count", stopping, 5000, Killed(3), &["log deadline_reached"], "stopping"),
-            ("exit in stop", stopping, 100, Reaped(W, exited(0)), &["log child_exited", "all SIGTERM"], "draining"),
+            ("killed count", stopping, 5000, i(Killed(3)), &["log deadline_reached"], "stopping"),
+            ("exit in stop", stopping, 100, i(Reaped(W, exited(0))), &["log child_exited", "all SIGTERM"], "draining"),
             (
                 "killed worker",
                 killed,
                 5001,
-                Reaped(W, Outcome::Signaled(9)),
+                i(Reaped(W, Outcome::Signaled(9))),
                 &["log child_exited", "all SIGKILL"],
                 "draining",
             ),
             ("deadline once", killed, 6000, Tick, &[], "stopping"),
             // draining
-            ("leftovers live", || draining(policy(), 3), 10, Children { left: true }, &[], "draining"),
-            ("leftovers gone", || draining(policy(), 3), 10, Children { left: false }, &["log exit", "exit 3"], "done"),
+            ("leftovers live", || draining(policy(), 3), 10, i(Children { left: true }), &[], "draining"),
+            (
+                "leftovers gone",
+                || draining(policy(), 3),
+                10,
+                i(Children { left: false }),
+                &["log exit", "exit 3"],
+                "done",
+            ),
             ("leftovers past deadline", || draining(policy(), 3), 5000, Tick, &["deadline"], "draining"),
-            ("signal to leftovers", || draining(policy(), 3), 10, Signal(USR1), &["forward SIGUSR1"], "draining"),
+            ("signal to leftovers", || draining(policy(), 3), 10, i(Signal(USR1)), &["forward SIGUSR1"], "draining"),
             (
                 "stop while draining a backoff exit",
                 || draining(policy(), 75),
                 10,
-                Signal(SIGINT),
-                &["log stop_requested", "drain_file", "forward SIGINT", "drop_retry_after"],
+                i(Signal(SIGINT)),
+                &["log stop_requested", "drain_file", "forward SIGINT"],
                 "draining",
             ),
-            ("backoff", || draining(policy(), 75), 10, Children { left: false }, &["log backoff"], "sleeping"),
+            ("backoff", || draining(policy(), 75), 10, i(Children { left: false }), &["log backoff"], "sleeping"),
             (
                 "to the finish program",
                 || draining(with_finish(), 4),
                 10,
-                Children { left: false },
+                i(Children { left: false }),
                 &["spawn_finish code=4"],
                 "starting_finish",
             ),
             // sleeping
-            ("signal in sleep", sleeping, 100, Signal(HUP), &["log signal_dropped"], "sleeping"),
+            ("signal in sleep", sleeping, 100, i(Signal(HUP)), &["log signal_dropped"], "sleeping"),
             (
                 "stop in sleep",
                 sleeping,
                 100,
-                Signal(SIGTERM),
+                i(Signal(SIGTERM)),
                 &["log stop_requested", "drain_file", "log exit", "exit 143"],
                 "done",
             ),
@@ -792,11 +982,11 @@ mod tests {
                 "finish started",
                 || {
                     let mut st = draining(with_finish(), 4);
-                    st.feed(0, Children { left: false });
+                    st.feed(0, i(Children { left: false }));
                     st
                 },
                 0,
-                Spawned(F),
+                i(Spawned(F)),
                 &["log finish_started"],
                 "finishing",
             ),
@@ -804,21 +994,28 @@ mod tests {
                 "finish cannot start",
                 || {
                     let mut st = draining(with_finish(), 4);
-                    st.feed(0, Children { left: false });
+                    st.feed(0, i(Children { left: false }));
                     st
                 },
                 0,
-                SpawnFailed(Code(126)),
+                i(SpawnFailed(Code(126))),
                 &["log exit", "exit 4"],
                 "done",
             ),
-            ("finish exits", finishing, 100, Reaped(F, exited(9)), &["log finish_exited", "all SIGTERM"], "draining"),
+            (
+                "finish exits",
+                finishing,
+                100,
+                i(Reaped(F, exited(9))),
+                &["log finish_exited", "all SIGTERM"],
+                "draining",
+            ),
             (
                 "stop in finish",
                 finishing,
                 100,
-                Signal(SIGTERM),
-                &["log stop_requested", "drain_file", "forward SIGTERM", "drop_retry_after"],
+                i(Signal(SIGTERM)),
+                &["log stop_requested", "drain_file", "forward SIGTERM"],
                 "finishing",
             ),
             ("finish bound", finishing, 3000, Tick, &["all SIGKILL"], "finishing"),
@@ -833,12 +1030,9 @@ mod tests {
 
     #[test]
     fn rewriting_is_applied_after_the_stop_is_judged() {
-        let mut st = running(Policy { rewrite: Rewrite::parse(["TERM:QUIT", "USR1:0"]).unwrap(), ..policy() });
+        let mut st = running(Settings { rewrite: Rewrite::parse(["TERM:QUIT", "USR1:0"]).unwrap(), ..policy() });
         assert_eq!(st.feed(0, Signal(USR1)), Vec::<String>::new());
-        assert_eq!(
-            st.feed(0, Signal(SIGTERM)),
-            ["log stop_requested", "drain_file", "forward SIGQUIT", "drop_retry_after"]
-        );
+        assert_eq!(st.feed(0, Signal(SIGTERM)), ["log stop_requested", "drain_file", "forward SIGQUIT"]);
         assert_eq!(st.deadline(), Some(ms(5000)));
     }
 
@@ -853,8 +1047,7 @@ mod tests {
     fn a_stop_delay_keeps_the_deadline_of_the_stop() {
         let mut st = delaying();
         assert_eq!(st.deadline(), Some(ms(2000)), "the delay's own timer");
-        let mut out = Vec::new();
-        st.s.handle(Tick, &mut Now::at(st.t + ms(2000)), &mut out);
+        let out = st.actions(2000, Tick);
         assert_eq!(
             out[1],
             Action::Log(Event::StopForwarded { signal: SIGTERM, waited: ms(2000) }),
@@ -866,27 +1059,24 @@ mod tests {
 
     #[test]
     fn the_delay_is_logged_with_the_stop() {
-        let mut st = running(Policy { stop_delay: ms(2000), ..policy() });
-        let mut out = Vec::new();
-        st.s.handle(Signal(SIGTERM), &mut Now::at(st.t), &mut out);
+        let mut st = running(Settings { stop_delay: ms(2000), ..policy() });
+        let out = st.actions(0, Signal(SIGTERM));
         assert_eq!(
             out[0],
-            Action::Log(Event::StopRequested { signal: SIGTERM, grace: ms(5000), delay: Some(ms(2000)) })
+            Action::Log(Event::StopRequested { signal: SIGTERM, grace: ms(5000), delay: Some(ms(2000)), status: None })
         );
     }
 
     #[test]
     fn a_stop_after_the_worker_exited_is_not_delayed() {
-        let mut st = draining(Policy { stop_delay: ms(2000), ..policy() }, 0);
-        assert_eq!(
-            st.feed(10, Signal(SIGTERM)),
-            ["log stop_requested", "drain_file", "forward SIGTERM", "drop_retry_after"]
-        );
+        let mut st = draining(Settings { stop_delay: ms(2000), ..policy() }, 0);
+        assert_eq!(st.feed(10, Signal(SIGTERM)), ["log stop_requested", "drain_file", "forward SIGTERM"]);
     }
 
     #[test]
     fn a_rewrite_that_drops_the_held_stop_sends_nothing() {
-        let mut st = running(Policy { stop_delay: ms(1000), rewrite: Rewrite::parse(["TERM:0"]).unwrap(), ..policy() });
+        let mut st =
+            running(Settings { stop_delay: ms(1000), rewrite: Rewrite::parse(["TERM:0"]).unwrap(), ..policy() });
         st.feed(0, Signal(SIGTERM));
         assert_eq!(st.feed(1000, Tick), Vec::<String>::new());
         assert_eq!(st.phase(), "stopping");
@@ -896,20 +1086,12 @@ mod tests {
     fn deadline_kill_then_exit_with_the_workers_status() {
         let mut st = killed();
         st.feed(5001, Reaped(W, Outcome::Signaled(9)));
-        let mut out = Vec::new();
-        st.s.handle(Children { left: false }, &mut Now::at(st.t + ms(5002)), &mut out);
-        assert_eq!(out[0], Action::Log(Event::Exit { code: 137, remapped_from: None }));
+        let out = st.actions(5002, Children { left: false });
+        assert_eq!(out[0], Action::Log(Event::Exit { code: 137, remapped_from: None, status: None }));
+        let [_, Action::Exit(record)] = out.as_slice() else { panic!("{out:?}") };
         assert_eq!(
-            out[1],
-            Action::Exit(Summary {
-                code: Code(137),
-                remapped_from: None,
-                worker: Some(Outcome::Signaled(9)),
-                deadline_reached: true,
-                killed: 2,
-                stop: Some((SIGTERM, ms(5002))),
-                attempts: 1,
-            })
+            record.to_string(),
+            "drainit: code=137 worker=signal:SIGKILL deadline_reached=1 killed=2 stop=SIGTERM stop_took=5.002s attempts=1"
         );
     }
 
@@ -931,8 +1113,12 @@ mod tests {
 
     #[test]
     fn a_worker_exit_after_the_deadline_kills_its_leftovers_at_once() {
+        // drainit ran late: the exit is read in the turn the deadline is due.
         let mut st = stopping();
-        assert_eq!(st.feed(6000, Reaped(W, exited(0))), ["log child_exited", "all SIGKILL"]);
+        assert_eq!(st.feed(6000, Reaped(W, exited(0))), ["log child_exited"], "no SIGTERM: the kill is due");
+        assert_eq!(st.feed(6000, Tick), ["deadline"]);
+        assert_eq!(st.feed(6000, Killed(1)), ["log deadline_reached"]);
+        assert_eq!(st.feed(6001, Children { left: true }), ["all SIGKILL"]);
     }
 
     #[test]
@@ -940,8 +1126,7 @@ mod tests {
         let mut st = draining(policy(), 75);
         st.feed(0, RetryAfter(None));
         assert_eq!(st.feed(0, Children { left: true }), Vec::<String>::new(), "no sleep while a leftover lives");
-        let mut out = Vec::new();
-        st.s.handle(Children { left: false }, &mut Now::at(st.t + ms(10)), &mut out);
+        let out = st.actions(10, Children { left: false });
         let [Action::Log(Event::Backoff { attempt: 1, code: 75, delay })] = out.as_slice() else { panic!("{out:?}") };
         assert!(*delay >= ms(500) && *delay <= ms(1000));
         let wake = 10 + delay.as_millis() as u64;
@@ -956,8 +1141,7 @@ mod tests {
     fn retry_after_sets_the_exact_sleep() {
         let mut st = draining(policy(), 75);
         st.feed(0, RetryAfter(Some(ms(300))));
-        let mut out = Vec::new();
-        st.s.handle(Children { left: false }, &mut Now::at(st.t), &mut out);
+        let out = st.actions(0, Children { left: false });
         assert_eq!(out, vec![Action::Log(Event::Backoff { attempt: 1, code: 75, delay: ms(300) })]);
     }
 
@@ -967,14 +1151,13 @@ mod tests {
         let mut st = running(policy());
         let mut now = 0;
         for (attempt, sleep) in [(1, 4000), (2, 4000), (3, 2000)] {
-            st.feed_all(&[(now, Reaped(W, exited(75))), (now, RetryAfter(Some(ms(4000))))]);
-            let mut out = Vec::new();
-            st.s.handle(Children { left: false }, &mut Now::at(st.t + ms(now)), &mut out);
+            st.feed_all(&[(now, i(Reaped(W, exited(75)))), (now, i(RetryAfter(Some(ms(4000)))))]);
+            let out = st.actions(now, Children { left: false });
             assert_eq!(out, vec![Action::Log(Event::Backoff { attempt, code: 75, delay: ms(sleep) })]);
             now += sleep;
-            st.feed_all(&[(now, Tick), (now, Spawned(W))]);
+            st.feed_all(&[(now, Tick), (now, i(Spawned(W)))]);
         }
-        st.feed_all(&[(now, Reaped(W, exited(75))), (now, RetryAfter(None))]);
+        st.feed_all(&[(now, i(Reaped(W, exited(75)))), (now, i(RetryAfter(None)))]);
         assert_eq!(st.feed(now, Children { left: false }), ["log backoff_exhausted", "log exit", "exit 75"]);
     }
 
@@ -994,22 +1177,21 @@ mod tests {
 
     #[test]
     fn zero_grace_kills_on_the_first_tick() {
-        let mut st = running(Policy { grace: Duration::ZERO, ..policy() });
+        let mut st = running(Settings { grace: Duration::ZERO, ..policy() });
         st.feed(0, Signal(SIGTERM));
         assert_eq!(st.feed(0, Tick), ["deadline"]);
     }
 
     #[test]
     fn remapping_applies_to_what_the_worker_caused() {
-        let remap = || Policy { remap: Remap::parse(["143:0", "127:1", "75:3"]).unwrap(), ..policy() };
+        let remap = || Settings { remap: Remap::parse(["143:0", "127:1", "75:3"]).unwrap(), ..policy() };
         let mut st = running(remap());
         st.feed(0, Reaped(W, Outcome::Signaled(SIGTERM)));
-        let mut out = Vec::new();
-        st.s.handle(Children { left: false }, &mut Now::at(st.t), &mut out);
-        assert_eq!(out[0], Action::Log(Event::Exit { code: 0, remapped_from: Some(143) }));
+        let out = st.actions(0, Children { left: false });
+        assert_eq!(out[0], Action::Log(Event::Exit { code: 0, remapped_from: Some(143), status: None }));
         // Stop during a backoff sleep: 143, remapped.
         let mut st = draining(remap(), 75);
-        st.feed_all(&[(0, RetryAfter(None)), (0, Children { left: false })]);
+        st.feed_all(&[(0, i(RetryAfter(None))), (0, i(Children { left: false }))]);
         assert_eq!(st.feed(100, Signal(SIGTERM)), ["log stop_requested", "drain_file", "log exit", "exit 0"]);
         // An exec failure is drainit's own code: never remapped.
         let mut st = Story::new(remap());
@@ -1019,29 +1201,36 @@ mod tests {
     #[test]
     fn the_finish_program_is_told_how_the_worker_ended() {
         let mut st = running(with_finish());
-        st.feed_all(&[(0, Signal(SIGTERM)), (5000, Tick), (5000, Killed(1)), (5001, Reaped(W, Outcome::Signaled(9)))]);
-        let mut out = Vec::new();
-        st.s.handle(Children { left: false }, &mut Now::at(st.t + ms(5002)), &mut out);
+        st.feed_all(&[
+            (0, i(Signal(SIGTERM))),
+            (5000, Tick),
+            (5000, i(Killed(1))),
+            (5001, i(Reaped(W, Outcome::Signaled(9)))),
+        ]);
+        let out = st.actions(5002, Children { left: false });
+        let [Action::SpawnFinish(record)] = out.as_slice() else { panic!("{out:?}") };
+        let vars: Vec<String> = record.finish_vars().iter().map(|(k, v)| format!("{k}={v}")).collect();
         assert_eq!(
-            out,
-            vec![Action::SpawnFinish(FinishEnv {
-                code: Code(137),
-                worker: Outcome::Signaled(9),
-                deadline_reached: true,
-                stop: Some(SIGTERM),
-                attempt: 1,
-            })]
+            vars,
+            [
+                "DRAINIT_EXIT_CODE=137",
+                "DRAINIT_WORKER_STATUS=signal:SIGKILL",
+                "DRAINIT_DEADLINE_REACHED=1",
+                "DRAINIT_STOP_SIGNAL=SIGTERM",
+                "DRAINIT_STOP_REASON=signal",
+                "DRAINIT_ATTEMPT=1"
+            ]
         );
     }
 
     #[test]
     fn the_finish_program_runs_once_after_the_last_attempt() {
         let mut st = running(with_finish());
-        st.feed_all(&[(0, Reaped(W, exited(75))), (0, RetryAfter(Some(ms(100))))]);
+        st.feed_all(&[(0, i(Reaped(W, exited(75)))), (0, i(RetryAfter(Some(ms(100)))))]);
         assert_eq!(st.feed(0, Children { left: false }), ["log backoff"], "not between attempts");
-        st.feed_all(&[(100, Tick), (100, Spawned(W + 1)), (200, Reaped(W + 1, exited(4)))]);
+        st.feed_all(&[(100, Tick), (100, i(Spawned(W + 1))), (200, i(Reaped(W + 1, exited(4))))]);
         assert_eq!(st.feed(200, Children { left: false }), ["spawn_finish code=4"]);
-        st.feed_all(&[(200, Spawned(F)), (300, Reaped(F, exited(0)))]);
+        st.feed_all(&[(200, i(Spawned(F))), (300, i(Reaped(F, exited(0))))]);
         assert_eq!(st.feed(300, Children { left: false }), ["log exit", "exit 4"], "its own code changes nothing");
     }
 
@@ -1053,13 +1242,17 @@ mod tests {
         assert_eq!(st.deadline(), Some(ms(3000)));
         // A stop under way: its grace deadline.
         let mut st = running(with_finish());
-        st.feed_all(&[(0, Signal(SIGTERM)), (1000, Reaped(W, exited(0))), (1000, Children { left: false })]);
+        st.feed_all(&[(0, i(Signal(SIGTERM))), (1000, i(Reaped(W, exited(0)))), (1000, i(Children { left: false }))]);
         st.feed(1000, Spawned(F));
         assert_eq!(st.deadline(), Some(ms(5000)));
         // The deadline already passed: orchestrator timeout (7s) minus 500ms.
         let mut st = killed();
-        st.s.policy.finish_timeout = Some(ms(3000));
-        st.feed_all(&[(5001, Reaped(W, Outcome::Signaled(9))), (5002, Children { left: false }), (5002, Spawned(F))]);
+        st.s.settings.finish_timeout = Some(ms(3000));
+        st.feed_all(&[
+            (5001, i(Reaped(W, Outcome::Signaled(9)))),
+            (5002, i(Children { left: false })),
+            (5002, i(Spawned(F))),
+        ]);
         assert_eq!(st.deadline(), Some(ms(6500)));
         // A stop while it runs: the earlier of its bound and the grace deadline.
         let mut st = finishing();
@@ -1071,8 +1264,7 @@ mod tests {
     fn a_finish_program_killed_at_its_bound_says_so() {
         let mut st = finishing();
         st.feed(3000, Tick);
-        let mut out = Vec::new();
-        st.s.handle(Reaped(F, Outcome::Signaled(9)), &mut Now::at(st.t + ms(3001)), &mut out);
+        let out = st.actions(3001, Reaped(F, Outcome::Signaled(9)));
         assert_eq!(out[0], Action::Log(Event::FinishExited { pid: F, outcome: Outcome::Signaled(9), timed_out: true }));
         assert_eq!(st.feed(3001, Children { left: true }), ["all SIGKILL"]);
         assert_eq!(st.feed(3002, Children { left: false }), ["log exit", "exit 4"]);
@@ -1089,5 +1281,296 @@ mod tests {
     fn no_finish_program_when_no_worker_ran() {
         let mut st = Story::new(with_finish());
         assert_eq!(st.feed(0, SpawnFailed(Code(126))), ["log exit", "exit 126"]);
+    }
+
+    /// Defect: a stop after the finish program exited left its leftovers to
+    /// the finish timeout (30s), past the orchestrator's SIGKILL.
+    #[test]
+    fn a_stop_bounds_the_finish_programs_leftovers() {
+        let mut st = running(Settings { finish_timeout: Some(ms(30_000)), ..policy() });
+        st.feed_all(&[(0, i(Reaped(W, exited(0)))), (0, i(Children { left: false })), (0, i(Spawned(F)))]);
+        assert_eq!(st.feed(100, Reaped(F, exited(0))), ["log finish_exited", "all SIGTERM"]);
+        st.feed(1500, Signal(SIGTERM));
+        assert_eq!(st.deadline(), Some(ms(6500)), "the stop's grace, not the finish bound");
+        assert_eq!(st.feed(6500, Tick), ["all SIGKILL"]);
+        assert_eq!(st.feed(6501, Children { left: false }), ["log exit", "exit 0"]);
+    }
+
+    /// Defect: a later attempt that cannot exec skipped the finish program,
+    /// though an earlier attempt ran a worker.
+    #[test]
+    fn the_finish_program_runs_after_a_later_attempt_cannot_exec() {
+        let mut st = running(with_finish());
+        st.feed_all(&[
+            (0, i(Reaped(W, exited(75)))),
+            (0, i(RetryAfter(Some(ms(100))))),
+            (0, i(Children { left: false })),
+        ]);
+        assert_eq!(st.feed(100, Tick), ["spawn 2"]);
+        assert_eq!(
+            st.feed(100, SpawnFailed(Code(127))),
+            ["spawn_finish code=127"],
+            "127 is drainit's own: not remapped"
+        );
+        st.feed(100, Spawned(F));
+        st.feed(200, Reaped(F, exited(0)));
+        assert_eq!(st.feed(200, Children { left: false }), ["log exit", "exit 127"]);
+    }
+
+    fn watched() -> Settings {
+        Settings { watchdog: Some(ms(1000)), watchdog_signal: SIGQUIT, ..policy() }
+    }
+    fn ready_gated() -> Settings {
+        Settings { ready_timeout: Some(ms(3000)), ..watched() }
+    }
+    fn note(n: Note) -> Input {
+        Notify(n)
+    }
+
+    /// (settings, steps before) x input -> actions + phase, for readiness
+    /// and the watchdog. Times in ms; the watchdog interval is 1s, its
+    /// signal SIGQUIT, the ready timeout (where set) 3s, the grace 5s.
+    #[test]
+    fn readiness_and_the_watchdog() {
+        type Row<'a> = (&'a str, fn() -> Settings, &'a [(u64, fn() -> Input)], u64, Step, &'a [&'a str], &'a str);
+        let spawned: fn() -> Input = || Spawned(W);
+        let ping: fn() -> Input = || note(Note::Ping);
+        let ready: fn() -> Input = || note(Note::Ready);
+        let rows: &[Row] = &[
+            (
+                "armed at the start: a missed ping stops",
+                watched,
+                &[(0, spawned)],
+                1000,
+                Tick,
+                &["log watchdog_expired", "drain_file", "forward SIGQUIT"],
+                "stopping",
+            ),
+            ("not yet", watched, &[(0, spawned)], 999, Tick, &[], "running"),
+            ("a ping moves the deadline", watched, &[(0, spawned), (800, ping)], 1000, Tick, &[], "running"),
+            (
+                "... to ping + interval",
+                watched,
+                &[(0, spawned), (800, ping)],
+                1800,
+                Tick,
+                &["log watchdog_expired", "drain_file", "forward SIGQUIT"],
+                "stopping",
+            ),
+            (
+                "a ping in the turn it is due counts",
+                watched,
+                &[(0, spawned)],
+                1000,
+                i(note(Note::Ping)),
+                &[],
+                "running",
+            ),
+            (
+                "frozen drainit: one fresh interval",
+                watched,
+                &[(0, spawned)],
+                2500,
+                Tick,
+                &["log watchdog_late"],
+                "running",
+            ),
+            (
+                "trigger",
+                watched,
+                &[(0, spawned)],
+                10,
+                i(note(Note::Trigger)),
+                &["log watchdog_expired", "drain_file", "forward SIGQUIT"],
+                "stopping",
+            ),
+            (
+                "STOPPING=1 disarms it",
+                watched,
+                &[(0, spawned), (10, || note(Note::Stopping))],
+                5000,
+                Tick,
+                &[],
+                "running",
+            ),
+            (
+                "WATCHDOG_USEC moves the deadline",
+                watched,
+                &[(0, spawned), (500, || note(Note::Interval(ms(2000))))],
+                2000,
+                Tick,
+                &[],
+                "running",
+            ),
+            (
+                "... to now + N",
+                watched,
+                &[(0, spawned), (500, || note(Note::Interval(ms(2000))))],
+                2500,
+                Tick,
+                &["log watchdog_expired", "drain_file", "forward SIGQUIT"],
+                "stopping",
+            ),
+            ("ready", watched, &[(0, spawned)], 10, i(note(Note::Ready)), &["log ready", "ready_file"], "running"),
+            ("ready once", watched, &[(0, spawned), (10, ready)], 20, i(note(Note::Ready)), &[], "running"),
+            (
+                "reloading: not ready",
+                watched,
+                &[(0, spawned), (10, ready)],
+                20,
+                i(note(Note::Reloading)),
+                &["ready_file_gone", "log not_ready"],
+                "running",
+            ),
+            (
+                "ready timeout",
+                ready_gated,
+                &[(0, spawned)],
+                3000,
+                Tick,
+                &["log ready_timeout", "drain_file", "forward SIGQUIT"],
+                "stopping",
+            ),
+            ("no watchdog before ready", ready_gated, &[(0, spawned)], 2999, Tick, &[], "running"),
+            ("ready arms the watchdog", ready_gated, &[(0, spawned), (2000, ready)], 2999, Tick, &[], "running"),
+            (
+                "... from then",
+                ready_gated,
+                &[(0, spawned), (2000, ready)],
+                3000,
+                Tick,
+                &["log watchdog_expired", "drain_file", "ready_file_gone", "forward SIGQUIT"],
+                "stopping",
+            ),
+            (
+                "EXTEND_TIMEOUT_USEC before ready",
+                ready_gated,
+                &[(0, spawned), (2500, || note(Note::Extend(ms(2000))))],
+                3000,
+                Tick,
+                &[],
+                "running",
+            ),
+            (
+                "... moves the ready deadline",
+                ready_gated,
+                &[(0, spawned), (2500, || note(Note::Extend(ms(2000))))],
+                4500,
+                Tick,
+                &["log ready_timeout", "drain_file", "forward SIGQUIT"],
+                "stopping",
+            ),
+            (
+                "a stop removes the ready file and disarms",
+                watched,
+                &[(0, spawned), (10, ready)],
+                20,
+                i(Signal(SIGTERM)),
+                &["log stop_requested", "drain_file", "ready_file_gone", "forward SIGTERM"],
+                "stopping",
+            ),
+            (
+                "no watchdog during a stop",
+                watched,
+                &[(0, spawned), (10, || Signal(SIGTERM))],
+                1500,
+                Tick,
+                &[],
+                "stopping",
+            ),
+            (
+                "an exit removes the ready file",
+                watched,
+                &[(0, spawned), (10, ready)],
+                20,
+                i(Reaped(W, exited(3))),
+                &["log child_exited", "ready_file_gone", "all SIGTERM"],
+                "draining",
+            ),
+            (
+                "status is kept and logged",
+                watched,
+                &[(0, spawned)],
+                20,
+                i(note(Note::Status("in_flight=3".into()))),
+                &["log status"],
+                "running",
+            ),
+        ];
+        for (name, settings, before, at, step, want, phase) in rows {
+            let mut st = Story::new(settings());
+            for (t, input) in *before {
+                st.feed(*t, Step::Tick);
+                st.feed(*t, input());
+            }
+            assert_eq!(st.feed(*at, step.clone()), *want, "{name}: actions");
+            assert_eq!(st.phase(), *phase, "{name}: phase");
+        }
+    }
+
+    #[test]
+    fn a_stop_drainit_began_never_exits_0_and_never_restarts() {
+        let mut st = Story::new(watched());
+        st.feed(0, Spawned(W));
+        st.feed(1000, Tick);
+        assert_eq!(st.feed(1200, Reaped(W, exited(0))), ["log child_exited", "all SIGTERM"]);
+        assert_eq!(st.feed(1200, Children { left: false }), ["log exit", "exit 131"], "128 + SIGQUIT");
+        let mut st = Story::new(watched());
+        st.feed(0, Spawned(W));
+        st.feed(1000, Tick);
+        st.feed(1200, Reaped(W, exited(75)));
+        assert_eq!(st.feed(1200, Children { left: false }), ["log exit", "exit 75"], "a backoff code is final");
+    }
+
+    #[test]
+    fn the_watchdog_is_rearmed_for_every_attempt() {
+        let mut st = Story::new(watched());
+        st.feed(0, Spawned(W));
+        st.feed(500, note(Note::Interval(ms(4000))));
+        st.feed_all(&[
+            (600, i(Reaped(W, exited(75)))),
+            (600, i(RetryAfter(Some(ms(100))))),
+            (600, i(Children { left: false })),
+        ]);
+        assert_eq!(st.deadline(), Some(ms(700)), "no watchdog while asleep");
+        st.feed_all(&[(700, Tick), (700, i(Spawned(W + 1)))]);
+        assert_eq!(st.deadline(), Some(ms(1700)), "the configured interval again, from the new start");
+    }
+
+    #[test]
+    fn the_watchdog_event_says_interval_and_since() {
+        let mut st = Story::new(watched());
+        st.feed(0, Spawned(W));
+        st.feed(300, note(Note::Ping));
+        st.feed(900, note(Note::Status("job=7".into())));
+        let out = st.actions(1300, Tick);
+        assert_eq!(
+            out[0],
+            Action::Log(Event::WatchdogExpired {
+                interval: ms(1000),
+                since: ms(1000),
+                signal: SIGQUIT,
+                status: Some("job=7".into())
+            })
+        );
+        st.feed(1400, Reaped(W, Outcome::Signaled(SIGQUIT)));
+        let out = st.actions(1400, Children { left: false });
+        let [_, Action::Exit(record)] = out.as_slice() else { panic!("{out:?}") };
+        assert!(record.to_string().ends_with("attempts=1 reason=watchdog status=\"job=7\""), "{record}");
+    }
+
+    #[test]
+    fn the_outer_socket_is_told() {
+        let mut st = Story::new(Settings { outer: true, ..watched() });
+        st.feed(0, Spawned(W));
+        assert_eq!(st.feed(10, note(Note::Ready)), ["log ready", "ready_file", "tell Ready"]);
+        assert_eq!(st.feed(20, note(Note::Ping)), ["tell Watchdog"]);
+        assert_eq!(st.feed(30, note(Note::Reloading)), ["ready_file_gone", "log not_ready", "tell Reloading"]);
+        assert_eq!(st.feed(40, note(Note::Ready)), ["log ready", "ready_file"], "READY=1 only the first time");
+        assert_eq!(st.feed(50, note(Note::Status("a".into()))), ["log status", "tell Status(\"a\")"]);
+        assert_eq!(
+            st.feed(60, Signal(SIGTERM)),
+            ["log stop_requested", "drain_file", "ready_file_gone", "tell Stopping", "forward SIGTERM"]
+        );
     }
 }

@@ -499,8 +499,8 @@ pub const SIGRTMIN: i32 = 34;
 /// and exec.
 ///
 /// The raw syscall, because glibc's signal() refuses the two signals it
-/// reserves (32 and 33), which a parent may still have left ignored (seen:
-/// an agent runner does).
+/// reserves (32 and 33), which a parent may still have left ignored (a
+/// process supervisor can).
 pub fn reset_signal_dispositions(bits: u64) {
     // The kernel's struct sigaction, all zero: handler SIG_DFL (0), no
     // flags, empty mask. 32 bytes covers the x86_64 layout (with

@@ -1,0 +1,177 @@
+//! The executor: carries out the supervisor's actions, where they meet the
+//! system (spawns, kills, files, log lines), and answers those that ask.
+
+use std::path::PathBuf;
+
+use nix::unistd::Pid;
+
+use crate::custody::{Custody, GroupTarget, Walk};
+use crate::events::Event;
+use crate::exit::Code;
+use crate::files::{self, DrainFile};
+use crate::procs;
+use crate::retry_after::RetryAfter;
+use crate::signals::{SIGKILL, Signo};
+use crate::spawn::{Program, Spawner};
+use crate::supervisor::{Action, Input};
+use crate::sys;
+
+/// Walks of /proc for one deadline SIGKILL as subreaper, at most.
+const KILL_WALKS: usize = 3;
+
+/// The variable that tells the worker which attempt it is.
+const ATTEMPT_VAR: &str = "DRAINIT_ATTEMPT";
+
+/// What carrying out one action led to.
+pub enum Done {
+    Nothing,
+    Answer(Input),
+    Exit(Code),
+}
+
+/// Everything the actions act on.
+pub struct Executor {
+    pub spawner: Spawner,
+    pub worker: Program,
+    pub finish: Option<Program>,
+    pub retry_after: RetryAfter,
+    pub drain_file: Option<DrainFile>,
+    pub termination_log: Option<PathBuf>,
+    pub custody: Custody,
+    /// Our pid as /proc names it, when /proc belongs to our PID namespace.
+    pub proc_self: Option<i32>,
+}
+
+impl Executor {
+    pub fn carry_out(&mut self, action: Action) -> Done {
+        match action {
+            Action::Spawn { attempt } => {
+                self.retry_after.clear_before(attempt);
+                sys::set_env(ATTEMPT_VAR, attempt.to_string().as_ref());
+                self.spawn(false)
+            }
+            Action::SpawnFinish(record) => {
+                for (key, value) in record.finish_vars() {
+                    sys::set_env(key, value.as_ref());
+                }
+                self.spawn(true)
+            }
+            Action::Forward(sig) => {
+                self.forward(sig);
+                Done::Nothing
+            }
+            Action::SignalAll(sig) => {
+                self.signal_all(sig, false);
+                Done::Nothing
+            }
+            Action::Deadline => Done::Answer(Input::Killed(self.signal_all(SIGKILL, true))),
+            Action::ReadRetryAfter => Done::Answer(Input::RetryAfter(self.retry_after.take())),
+            Action::CreateDrainFile => {
+                if let Some(file) = &self.drain_file {
+                    file.create();
+                }
+                Done::Nothing
+            }
+            Action::CreateReadyFile | Action::RemoveReadyFile | Action::Tell(_) => Done::Nothing,
+            Action::Log(event) => {
+                event.emit();
+                Done::Nothing
+            }
+            Action::Exit(record) => {
+                if let Some(path) = &self.termination_log {
+                    files::write_termination_log(path, &record);
+                }
+                self.retry_after.remove_dir();
+                Done::Exit(record.code())
+            }
+        }
+    }
+
+    fn spawn(&mut self, finish: bool) -> Done {
+        let Some(program) = (if finish { self.finish.as_ref() } else { Some(&self.worker) }) else {
+            return Done::Answer(Input::SpawnFailed(Code::FAILED));
+        };
+        match self.spawner.spawn(program) {
+            Ok(pid) => {
+                self.custody.started(pid);
+                Done::Answer(Input::Spawned(pid))
+            }
+            Err(err) => {
+                // The finish program's failure is logged, nothing more:
+                // drainit's exit code stays.
+                program.failure_event(&err, finish).emit();
+                Done::Answer(Input::SpawnFailed(err.code()))
+            }
+        }
+    }
+
+    fn forward(&self, sig: Signo) {
+        let sent = match self.custody.group_target() {
+            GroupTarget::Nobody => false,
+            // ESRCH: the group is gone already, which is fine.
+            GroupTarget::Group(group) => sys::kill(Pid::from_raw(-group), sig).is_ok(),
+            GroupTarget::Members(group) => {
+                let me = self.proc_self.unwrap_or(0);
+                let members: Vec<i32> =
+                    procs::descendants(me).into_iter().filter(|pid| procs::group_of(*pid) == Some(group)).collect();
+                for pid in &members {
+                    let _ = sys::kill(Pid::from_raw(*pid), sig);
+                }
+                !members.is_empty()
+            }
+        };
+        if sent {
+            Event::Forwarded { signal: sig }.emit();
+        }
+    }
+
+    /// The current group, and everything else drainit answers for, signalled
+    /// as the walk through /proc finds it; the signals that fork cannot
+    /// outrun go first. Returns how many processes that was, when `count`.
+    fn signal_all(&self, sig: Signo, count: bool) -> usize {
+        let everyone = self.custody.everyone(count);
+        if let Some(group) = everyone.group {
+            let _ = sys::kill(Pid::from_raw(-group), sig);
+        }
+        if everyone.namespace {
+            let _ = sys::kill(Pid::from_raw(-1), sig);
+        }
+        match (everyone.descendants, self.proc_self) {
+            (Walk::Count, Some(_)) => procs::others(),
+            (Walk::Each, Some(me)) if sig == SIGKILL => sys::first_in_line(|| kill_walk(me)),
+            (Walk::Each, Some(me)) => {
+                let mut found = 0;
+                procs::walk(me, |pid| {
+                    found += 1;
+                    let _ = sys::kill(Pid::from_raw(pid), sig);
+                });
+                found
+            }
+            _ => 0,
+        }
+    }
+}
+
+/// The deadline's SIGKILL to every descendant of `me` (a subreaper's walk),
+/// as each is found; how many that was.
+fn kill_walk(me: i32) -> usize {
+    // A SIGKILL walk goes again while it finds someone new: a process forks
+    // until the kill lands, and the child of one that died before its
+    // children were read went to drainit, whose children the walk read
+    // first. A few times at most: between walks nothing is reaped, and a
+    // bomb that outpaces them is left to the re-kill after each reaping
+    // round. A BTreeSet: a HashSet would seed its hasher from getrandom.
+    let mut reached = std::collections::BTreeSet::new();
+    for _ in 0..KILL_WALKS {
+        let before = reached.len();
+        procs::walk(me, |pid| {
+            if reached.insert(pid) {
+                let _ = sys::kill(Pid::from_raw(pid), SIGKILL);
+            }
+        });
+        if reached.len() == before {
+            break;
+        }
+    }
+    reached.len()
+}

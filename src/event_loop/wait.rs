@@ -1,0 +1,256 @@
+//! The wait: one blocking call per turn on every source drainit listens to
+//! (its signals; stderr while log lines wait for it), with a timeout that is
+//! the time left to the supervisor's next timer (none when idle, so idle
+//! costs no wakeup), then the turn's inputs gathered in the order the
+//! supervisor relies on: the signals (each handed on as it is taken), each
+//! reaped child, the end of the reaping round. A bounded batch of each, so
+//! that senders that never stop cannot keep the loop from the deadline.
+
+use std::os::fd::BorrowedFd;
+use std::time::{Duration, Instant};
+
+use nix::errno::Errno;
+use nix::poll::{PollFd, PollFlags, ppoll};
+use nix::sys::time::TimeSpec;
+
+use crate::custody::Custody;
+use crate::events::Event;
+use crate::exit::Outcome;
+use crate::logging;
+use crate::reap::{self, Left};
+use crate::signals::{SIGCHLD, SignalSource, Signo};
+use crate::supervisor::Input;
+
+const SIGNALS_PER_TURN: usize = 64;
+const REAPED_PER_TURN: usize = 1024;
+
+/// Which sources besides the signals a wait found ready.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Ready {
+    /// stderr can take more of the waiting log lines (or failed).
+    pub stderr: bool,
+}
+
+/// The kernel, as the event loop meets it: a wait, the pending signals, the
+/// exited children. A trait so that a test can inject the errors the real
+/// calls might return.
+pub trait Os {
+    /// Block until a signal, `timeout`, or `stderr` writable.
+    fn wait(&mut self, timeout: Option<Duration>, stderr: Option<BorrowedFd<'_>>) -> nix::Result<Ready>;
+    fn signals(&mut self, max: usize, each: &mut dyn FnMut(Signo)) -> nix::Result<()>;
+    fn reap(&mut self, max: usize, each: &mut dyn FnMut(i32, Outcome)) -> Left;
+}
+
+/// What drainit listens to.
+pub struct Sources {
+    pub signals: SignalSource,
+}
+
+impl Os for Sources {
+    fn wait(&mut self, timeout: Option<Duration>, stderr: Option<BorrowedFd<'_>>) -> nix::Result<Ready> {
+        let Some(stderr) = stderr else {
+            // Signals alone: the first take is the wait.
+            self.signals.wait(timeout);
+            return Ok(Ready::default());
+        };
+        let mut fds = [self.signals.poll_fd(), PollFd::new(stderr, PollFlags::POLLOUT)];
+        let polled = ppoll(&mut fds, timeout.map(TimeSpec::from), None);
+        let (signals, stderr) = (fds[0].revents(), fds[1].revents());
+        let ready = Ready { stderr: stderr.is_some_and(|r| !r.is_empty()) };
+        match polled {
+            Ok(_) => self.signals.polled(signals),
+            Err(e) => {
+                self.signals.polled(None);
+                if e != Errno::EINTR {
+                    return Err(e);
+                }
+            }
+        }
+        Ok(ready)
+    }
+
+    fn signals(&mut self, max: usize, each: &mut dyn FnMut(Signo)) -> nix::Result<()> {
+        self.signals.drain(max, each)
+    }
+
+    fn reap(&mut self, max: usize, each: &mut dyn FnMut(i32, Outcome)) -> Left {
+        reap::reap_pending(max, each)
+    }
+}
+
+/// What one turn gathers besides its signals, in the supervisor's order.
+#[derive(Default)]
+pub struct Gather {
+    pub inputs: Vec<Input>,
+    sigchld: bool,
+    /// Loop errors in a row: the first of a streak is logged.
+    errors: u32,
+    /// `errors` when the turn began.
+    before: u32,
+    /// The signal take failed this turn.
+    take_failed: Option<Errno>,
+}
+
+impl Gather {
+    /// Block until a signal, the next deadline, or stderr can take the
+    /// lines that wait for it.
+    pub fn wait<O: Os>(&mut self, os: &mut O, custody: &mut Custody, deadline: Option<Instant>) {
+        self.before = self.errors;
+        let timeout = if custody.reap_pending() {
+            Some(Duration::ZERO)
+        } else {
+            deadline.map(|at| at.saturating_duration_since(Instant::now()))
+        };
+        match os.wait(timeout, logging::waiting_fd()) {
+            Ok(ready) if ready.stderr => logging::flush(),
+            Ok(_) => {}
+            Err(e) => self.loop_error("ppoll", e, custody),
+        }
+    }
+
+    /// The signals pending, each passed to `each` as it is taken; SIGCHLD
+    /// is only noted.
+    pub fn signals<O: Os>(&mut self, os: &mut O, each: &mut dyn FnMut(Signo)) {
+        let sigchld = &mut self.sigchld;
+        let read = os.signals(SIGNALS_PER_TURN, &mut |sig| {
+            if sig == SIGCHLD {
+                *sigchld = true;
+            } else {
+                each(sig);
+            }
+        });
+        self.take_failed = read.err();
+    }
+
+    /// The rest of the turn, after its signals: a bounded batch of reaped
+    /// children and the end of the round, into `inputs`.
+    pub fn reaped<O: Os>(&mut self, os: &mut O, custody: &mut Custody) {
+        if std::mem::take(&mut self.sigchld) {
+            custody.sigchld();
+        }
+        if let Some(e) = self.take_failed.take() {
+            self.loop_error("rt_sigtimedwait", e, custody);
+        }
+        if self.errors == self.before {
+            // A turn without an error ends a streak.
+            self.errors = 0;
+        }
+        if custody.take_reap() {
+            let inputs = &mut self.inputs;
+            let left = os.reap(REAPED_PER_TURN, &mut |pid, outcome| {
+                custody.reaped(pid);
+                inputs.push(Input::Reaped(pid, outcome));
+            });
+            if let Some(left) = custody.round_ended(!self.inputs.is_empty(), left) {
+                self.inputs.push(Input::Children { left });
+            }
+        }
+    }
+
+    fn loop_error(&mut self, what: &'static str, error: Errno, custody: &mut Custody) {
+        if self.errors == 0 {
+            Event::LoopError { what, error: error.desc().to_string() }.emit();
+        }
+        self.errors = self.errors.saturating_add(1);
+        custody.loop_error();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::reap::Mode;
+
+    /// An Os that fails as told and never touches a real process.
+    struct Failing {
+        wait: Option<Errno>,
+        read: Option<Errno>,
+        pending: Vec<Signo>,
+        exited: Vec<(i32, Outcome)>,
+        waits: Vec<Option<Duration>>,
+    }
+
+    impl Os for Failing {
+        fn wait(&mut self, timeout: Option<Duration>, _: Option<BorrowedFd<'_>>) -> nix::Result<Ready> {
+            self.waits.push(timeout);
+            self.wait.map_or(Ok(Ready::default()), Err)
+        }
+
+        fn signals(&mut self, _: usize, each: &mut dyn FnMut(Signo)) -> nix::Result<()> {
+            self.pending.drain(..).for_each(each);
+            self.read.map_or(Ok(()), Err)
+        }
+
+        fn reap(&mut self, _: usize, each: &mut dyn FnMut(i32, Outcome)) -> Left {
+            self.exited.drain(..).for_each(|(pid, o)| each(pid, o));
+            Left::Running
+        }
+    }
+
+    fn os(wait: Option<Errno>, read: Option<Errno>) -> Failing {
+        Failing { wait, read, pending: vec![], exited: vec![], waits: vec![] }
+    }
+
+    /// One turn as the loop gathers it, the signals recorded as inputs
+    /// where the loop hands them on as taken.
+    fn turn(gather: &mut Gather, os: &mut Failing, custody: &mut Custody, deadline: Option<Instant>) -> Vec<Input> {
+        gather.wait(os, custody, deadline);
+        let mut inputs = Vec::new();
+        gather.signals(os, &mut |sig| inputs.push(Input::Signal(sig)));
+        gather.reaped(os, custody);
+        inputs.append(&mut gather.inputs);
+        inputs
+    }
+
+    #[test]
+    fn a_failed_wait_is_survived_and_reaps() {
+        let mut gather = Gather::default();
+        let mut custody = Custody::new(Mode::Pid1, true);
+        custody.started(10);
+        let mut os = os(Some(Errno::ENOMEM), None);
+        os.pending = vec![libc::SIGUSR1];
+        os.exited = vec![(10, Outcome::Exited(0))];
+        assert_eq!(
+            turn(&mut gather, &mut os, &mut custody, None),
+            vec![Input::Signal(libc::SIGUSR1), Input::Reaped(10, Outcome::Exited(0)), Input::Children { left: true }],
+            "a SIGCHLD the error may have hidden is assumed: the round reaps"
+        );
+        assert_eq!(gather.errors, 1);
+        // The streak goes on (logged once), then a good wait ends it.
+        turn(&mut gather, &mut os, &mut custody, None);
+        assert_eq!(gather.errors, 2);
+        os.wait = None;
+        let inputs = turn(&mut gather, &mut os, &mut custody, None);
+        assert_eq!(gather.errors, 0);
+        assert_eq!(inputs, vec![], "no SIGCHLD, no error: no reaping round");
+    }
+
+    #[test]
+    fn a_failed_signal_read_keeps_what_it_read_and_reaps() {
+        let mut gather = Gather::default();
+        let mut custody = Custody::new(Mode::Subreaper, true);
+        let mut os = os(None, Some(Errno::EINVAL));
+        os.pending = vec![libc::SIGTERM];
+        os.exited = vec![(7, Outcome::Exited(1))];
+        assert_eq!(
+            turn(&mut gather, &mut os, &mut custody, None),
+            vec![Input::Signal(libc::SIGTERM), Input::Reaped(7, Outcome::Exited(1)), Input::Children { left: true }]
+        );
+        assert_eq!(gather.errors, 1);
+    }
+
+    #[test]
+    fn the_wait_is_as_long_as_the_next_deadline_and_zero_while_reaping_is_behind() {
+        let mut gather = Gather::default();
+        let mut custody = Custody::new(Mode::Pid1, true);
+        let mut os = os(None, None);
+        turn(&mut gather, &mut os, &mut custody, None);
+        let soon = Instant::now() + Duration::from_secs(5);
+        turn(&mut gather, &mut os, &mut custody, Some(soon));
+        custody.round_ended(true, Left::More);
+        turn(&mut gather, &mut os, &mut custody, Some(soon));
+        assert_eq!(os.waits[0], None, "idle: no timeout, no wakeup");
+        assert!(os.waits[1].is_some_and(|t| t > Duration::from_secs(4) && t <= Duration::from_secs(5)));
+        assert_eq!(os.waits[2], Some(Duration::ZERO));
+    }
+}
