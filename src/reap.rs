@@ -1,6 +1,14 @@
 //! Reaping: drainit's registration as child subreaper (when it is not PID 1,
 //! so that orphans come to it instead of to the real init), collecting every
 //! exited child without blocking, and what its wait status says.
+//!
+//! A stop is never an exit. drainit waits without WUNTRACED, so the only
+//! stops it sees are ptrace stops of a child that made drainit its tracer
+//! (PTRACE_TRACEME, the common anti-debugging check, in the worker or in an
+//! orphan that came to drainit): each signal sent to such a child stops it
+//! and is reported here instead of delivered. drainit traces nothing, so it
+//! lets the child go at once with the signal that stopped it, as a tracer
+//! that does not trace would: the child then behaves as without drainit.
 
 use nix::errno::Errno;
 
@@ -62,6 +70,7 @@ pub enum Left {
 pub fn reap_pending(max: usize, mut on_exit: impl FnMut(i32, Outcome)) -> Left {
     for _ in 0..max {
         match sys::wait_any_nohang() {
+            Ok(Some(w)) if libc::WIFSTOPPED(w.status) => let_go(w.pid, w.status),
             Ok(Some(w)) => on_exit(w.pid.as_raw(), Outcome::from_wait_status(w.status)),
             Ok(None) => return Left::Running,
             Err(Errno::ECHILD) => return Left::Nothing,
@@ -75,6 +84,31 @@ pub fn reap_pending(max: usize, mut on_exit: impl FnMut(i32, Outcome)) -> Left {
         }
     }
     Left::More
+}
+
+/// Detach from a child in a ptrace stop, passing on what stopped it.
+fn let_go(pid: nix::unistd::Pid, status: i32) {
+    let sig = libc::WSTOPSIG(status);
+    // An event stop (status >> 16) or a syscall stop (0x80) comes only with
+    // ptrace options, which drainit never sets: nothing is waiting then.
+    let pass = if status >> 16 != 0 || sig & 0x80 != 0 {
+        0
+    } else {
+        match sys::ptrace_siginfo(pid) {
+            // The SIGTRAP a traced exec raises in the child itself: only a
+            // tracer sees it (untraced, there is none), and delivered it
+            // would kill the program just exec'd.
+            Ok((libc::SI_USER, from)) if sig == libc::SIGTRAP && from == pid.as_raw() => 0,
+            Ok(_) => sig,
+            // EINVAL: a group-stop, whose signal was already delivered (the
+            // child stays stopped, as it would untraced). ESRCH: killed since.
+            Err(_) => 0,
+        }
+    };
+    match sys::ptrace_detach(pid, pass) {
+        Ok(()) | Err(Errno::ESRCH) => {}
+        Err(e) => Event::Failed { what: "ptrace_detach", error: e.desc().to_string() }.emit(),
+    }
 }
 
 #[cfg(test)]

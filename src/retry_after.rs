@@ -1,10 +1,20 @@
 //! The retry-after file: where a worker that exits with a backoff code may
 //! write the exact delay it wants (a DURATION). The worker controls the file,
 //! so drainit reads it as untrusted input. Unless the user names the file,
-//! it lies in a directory drainit makes for itself (mode 0700, a new random
-//! name each run): on a shared /tmp no other user can plant a link at a
-//! name drainit would use, and /dev/shm, which Docker and Kubernetes always
-//! mount, serves a `FROM scratch` image that has no /tmp.
+//! it lies in drainit's private directory ([`PrivateDir`]).
+//!
+//! The private directory (mode 0700, a new random name each run, removed at
+//! exit: on a shared /tmp no other user can plant a link at a name drainit
+//! would use) lies under `$TMPDIR`, else `/dev/shm`, else `/tmp`, the first
+//! that takes one. /dev/shm comes before /tmp: Docker and Kubernetes always
+//! mount it as a private tmpfs (even `FROM scratch`, even with a read-only
+//! root), where a disk's mkdir and rmdir would sit on every start and stop.
+//! A relative `$TMPDIR` is made absolute against drainit's working directory,
+//! the one the worker starts in, so that it names the directory the user
+//! meant and the worker's path still holds after the worker changes
+//! directory (skipping it instead would put the files where nobody asked).
+//! Where no base takes a directory: one warning, and the variables that need
+//! it are not set (an inherited one is removed).
 
 use std::fs;
 use std::io::Read;
@@ -24,32 +34,68 @@ pub const VAR: &str = "DRAINIT_RETRY_AFTER_FILE";
 /// At most this many bytes are read: a duration is short.
 const LIMIT: usize = 64;
 
+/// drainit's private directory: made once, removed at exit.
+#[derive(Debug)]
+pub struct PrivateDir(PathBuf);
+
+impl PrivateDir {
+    /// A new directory under `$TMPDIR`, `/dev/shm` or `/tmp`, the first that
+    /// takes one. When none does, `Err` says why, base by base, for the
+    /// one warning the caller gives.
+    pub fn create() -> Result<PrivateDir, String> {
+        let mut errors = Vec::new();
+        let tmpdir = std::env::var_os("TMPDIR").filter(|p| !p.is_empty()).and_then(|p| {
+            std::path::absolute(&p).map_err(|e| errors.push(format!("TMPDIR {}: {e}", Path::new(&p).display()))).ok()
+        });
+        let bases = tmpdir.into_iter().chain(["/dev/shm", "/tmp"].map(PathBuf::from));
+        for base in bases {
+            match nix::unistd::mkdtemp(&base.join("drainit-XXXXXX")) {
+                Ok(dir) => return Ok(PrivateDir(dir)),
+                Err(e) => errors.push(format!("{}: {}", base.display(), e.desc())),
+            }
+        }
+        Err(errors.join("; "))
+    }
+
+    /// The directory (absolute).
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+
+    /// Remove it and whatever is left in it (usually nothing). The worker
+    /// may have left more; remove_dir_all never follows a link out of it.
+    pub fn remove(self) {
+        if fs::remove_dir(&self.0).is_err() {
+            let _ = fs::remove_dir_all(&self.0);
+        }
+    }
+}
+
 pub struct RetryAfter {
     /// None: no directory could be made, and the worker is told of no file.
     path: Option<PathBuf>,
     /// The directory drainit made for it, removed at exit.
-    dir: Option<PathBuf>,
+    dir: Option<PrivateDir>,
 }
 
 impl RetryAfter {
     /// `$DRAINIT_RETRY_AFTER_FILE` if set, else a file in a new private
-    /// directory under `$TMPDIR`, `/tmp` or `/dev/shm` (the first that
-    /// takes one); where none does, one warning and no file.
+    /// directory ([`PrivateDir::create`]); where none can be made, one
+    /// warning, no file, and the variable (an empty one inherited) removed.
     pub fn new() -> RetryAfter {
         if let Some(path) = std::env::var_os(VAR).filter(|p| !p.is_empty()) {
             return RetryAfter { path: Some(PathBuf::from(path)), dir: None };
         }
-        let tmpdir = std::env::var_os("TMPDIR").filter(|p| !p.is_empty());
-        let bases = tmpdir.iter().map(PathBuf::from).chain(["/tmp", "/dev/shm"].map(PathBuf::from));
-        let mut errors = Vec::new();
-        for base in bases {
-            match nix::unistd::mkdtemp(&base.join("drainit-XXXXXX")) {
-                Ok(dir) => return RetryAfter { path: Some(dir.join("retry-after")), dir: Some(dir) },
-                Err(e) => errors.push(format!("{}: {}", base.display(), e.desc())),
+        match PrivateDir::create() {
+            Ok(dir) => RetryAfter { path: Some(dir.path().join("retry-after")), dir: Some(dir) },
+            Err(error) => {
+                Event::RetryAfterUnavailable { error }.emit();
+                if std::env::var_os(VAR).is_some() {
+                    crate::sys::unset_env(VAR);
+                }
+                RetryAfter { path: None, dir: None }
             }
         }
-        Event::RetryAfterUnavailable { error: errors.join("; ") }.emit();
-        RetryAfter { path: None, dir: None }
     }
 
     /// The path the worker is told, if any.
@@ -75,12 +121,10 @@ impl RetryAfter {
 
     /// Remove drainit's own directory: once a stop makes a restart
     /// impossible, else at exit. Usually empty (drainit removes the file
-    /// once read). The worker may have left more in it; remove_dir_all
-    /// never follows a link out of it.
+    /// once read).
     pub fn remove_dir(&mut self) {
-        let Some(dir) = self.dir.take() else { return };
-        if fs::remove_dir(&dir).is_err() {
-            let _ = fs::remove_dir_all(&dir);
+        if let Some(dir) = self.dir.take() {
+            dir.remove();
         }
     }
 

@@ -2,7 +2,8 @@
 //! in the shape drainit needs. Each wrapper is safe to call and states the
 //! invariant that makes its `unsafe` block sound.
 
-use std::ffi::CString;
+use std::cell::Cell;
+use std::ffi::{CStr, CString};
 use std::mem::MaybeUninit;
 use std::num::NonZeroUsize;
 use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
@@ -221,7 +222,8 @@ pub fn spawn(stack: &mut ChildStack, exec: &ExecArgs, mut setup: impl FnMut()) -
     // SAFETY: the child runs on the ChildStack's usable part (above the
     // guard page), sized for execvp; what it runs (setup, execvp, an atomic
     // store, _exit) allocates nothing and changes no state of drainit's but
-    // `failed`. Its closure and everything it borrows outlive it: CLONE_VFORK
+    // `failed` (and the shell's argv slot of `exec`, see exec_with_shell).
+    // Its closure and everything it borrows outlive it: CLONE_VFORK
     // suspends drainit until the child has exec'd or exited, which also
     // means the store is done before the load below. Signals stay blocked
     // in the child until `setup` unblocks them right before exec, and
@@ -242,14 +244,50 @@ pub fn spawn(stack: &mut ChildStack, exec: &ExecArgs, mut setup: impl FnMut()) -
 pub struct ExecArgs {
     _argv: Vec<CString>,
     argv_ptrs: Vec<*const libc::c_char>,
+    /// Where execvp looks for the program, in its order: the name itself
+    /// when it holds a `/`, else each PATH entry joined with it.
+    candidates: Vec<CString>,
+    /// `/bin/sh FILE ARGS...`, for a file execve cannot run (no `#!`). Slot
+    /// 1 is the file, set in the child to the candidate that was refused
+    /// (a Cell: `exec` takes &self, and the parent sleeps meanwhile).
+    sh_argv: Vec<Cell<*const libc::c_char>>,
 }
+
+/// The shell a file without `#!` is given to, as glibc's execvp does.
+const SHELL: &CStr = c"/bin/sh";
+
+/// execvp's search path when PATH is unset: the C library's own.
+const DEFAULT_PATH: &str = if cfg!(target_env = "musl") { "/usr/local/bin:/bin:/usr/bin" } else { "/bin:/usr/bin" };
 
 impl ExecArgs {
     pub fn new(argv: Vec<CString>) -> ExecArgs {
         // The pointers point into the CStrings' heap buffers, which do not
         // move when the Vec holding the CStrings moves into the struct.
-        let argv_ptrs = argv.iter().map(|a| a.as_ptr()).chain([ptr::null()]).collect();
-        ExecArgs { _argv: argv, argv_ptrs }
+        let argv_ptrs: Vec<_> = argv.iter().map(|a| a.as_ptr()).chain([ptr::null()]).collect();
+        let candidates = argv.first().map(|name| Self::candidates(name.as_bytes())).unwrap_or_default();
+        let sh_argv = [SHELL.as_ptr()].into_iter().chain(argv_ptrs.iter().copied()).map(Cell::new).collect();
+        ExecArgs { _argv: argv, argv_ptrs, candidates, sh_argv }
+    }
+
+    /// The paths execvp tries for `name`. PATH is read once, here: drainit
+    /// never changes its own, so the child's execvp reads the same.
+    fn candidates(name: &[u8]) -> Vec<CString> {
+        if name.is_empty() {
+            return Vec::new();
+        }
+        if name.contains(&b'/') {
+            return CString::new(name).into_iter().collect();
+        }
+        let path = std::env::var_os("PATH").unwrap_or_else(|| DEFAULT_PATH.into());
+        use std::os::unix::ffi::OsStrExt;
+        path.as_bytes()
+            .split(|b| *b == b':')
+            .filter_map(|dir| {
+                // An empty entry is the current directory, as execvp reads it.
+                let joined = if dir.is_empty() { name.to_vec() } else { [dir, b"/", name].concat() };
+                CString::new(joined).ok()
+            })
+            .collect()
     }
 
     pub fn argc(&self) -> usize {
@@ -263,7 +301,39 @@ impl ExecArgs {
         // NUL-terminated strings owned by self, alive for the whole call; it
         // holds at least the program name (config requires COMMAND).
         unsafe { libc::execvp(self.argv_ptrs[0], self.argv_ptrs.as_ptr()) };
-        Errno::last()
+        match Errno::last() {
+            Errno::ENOEXEC => self.exec_with_shell(),
+            errno => errno,
+        }
+    }
+
+    /// POSIX's execvp gives a file that execve refuses with ENOEXEC (a
+    /// script without `#!`) to the shell. glibc's does; musl's returns the
+    /// error, so the static build would refuse what the dynamic one runs.
+    /// Find the file again in execvp's order and hand the first that is
+    /// refused so to /bin/sh. Without a shell (`FROM scratch`) the file
+    /// stays unrunnable: ENOEXEC, 126. Async-signal-safe, allocates nothing.
+    fn exec_with_shell(&self) -> Errno {
+        for path in &self.candidates {
+            // SAFETY: `path` and argv_ptrs are NUL-terminated, the latter a
+            // null-terminated array, all owned by self and alive for the call.
+            unsafe { libc::execv(path.as_ptr(), self.argv_ptrs.as_ptr()) };
+            match Errno::last() {
+                Errno::ENOEXEC => {
+                    self.sh_argv[1].set(path.as_ptr());
+                    // SAFETY: Cell<*const c_char> has the layout of the
+                    // pointer (repr(transparent)): sh_argv is a null-terminated
+                    // array of pointers to NUL-terminated strings (SHELL is
+                    // static, the rest owned by self), alive for the call.
+                    unsafe { libc::execv(SHELL.as_ptr(), self.sh_argv.as_ptr().cast()) };
+                    return Errno::ENOEXEC;
+                }
+                // As execvp: the name is not here, or not for us; look on.
+                Errno::EACCES | Errno::ENOENT | Errno::ENOTDIR => {}
+                errno => return errno,
+            }
+        }
+        Errno::ENOEXEC
     }
 }
 
@@ -413,6 +483,41 @@ pub fn wait_any_nohang() -> nix::Result<Option<Waited>> {
     // SAFETY: status is a valid, writable c_int for the duration of the call.
     let pid = Errno::result(unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) })?;
     Ok((pid > 0).then(|| Waited { pid: Pid::from_raw(pid), status }))
+}
+
+/// PTRACE_GETSIGINFO of a child stopped under ptrace: the si_code and the
+/// sending pid of the signal that stopped it. EINVAL: a group-stop (no
+/// signal is waiting to be delivered).
+pub fn ptrace_siginfo(pid: Pid) -> nix::Result<(i32, i32)> {
+    let mut info = MaybeUninit::<libc::siginfo_t>::zeroed();
+    // SAFETY: PTRACE_GETSIGINFO writes one siginfo_t to `data`, a valid
+    // writable one for the call; `addr` is ignored.
+    let rc = unsafe {
+        libc::ptrace(libc::PTRACE_GETSIGINFO, pid.as_raw(), ptr::null_mut::<libc::c_void>(), info.as_mut_ptr())
+    };
+    Errno::result(rc)?;
+    // SAFETY: zeroed, then filled by the kernel; si_pid reads the sender
+    // field, which is 0 or a pid for every kind of signal.
+    let info = unsafe { info.assume_init() };
+    // SAFETY: as above.
+    Ok((info.si_code, unsafe { info.si_pid() }))
+}
+
+/// PTRACE_DETACH: stop tracing a child in a ptrace stop and let it run on,
+/// delivering `signo` to it (0: none). nix's detach takes only its Signal
+/// enum, which has no real-time signals.
+pub fn ptrace_detach(pid: Pid, signo: i32) -> nix::Result<()> {
+    // SAFETY: PTRACE_DETACH reads no memory: `addr` is ignored and `data`
+    // is the signal number, passed as the pointer-sized value it expects.
+    let rc = unsafe {
+        libc::ptrace(
+            libc::PTRACE_DETACH,
+            pid.as_raw(),
+            ptr::null_mut::<libc::c_void>(),
+            signo as usize as *mut libc::c_void,
+        )
+    };
+    Errno::result(rc).map(drop)
 }
 
 /// The highest signal number on Linux.

@@ -322,7 +322,8 @@ fn a_link_at_the_old_predictable_name_is_never_followed() {
 
 per_mode! {
     /// With $TMPDIR, /tmp and /dev/shm all read-only: one warning, no
-    /// variable for the worker, and backoff with the normal delays.
+    /// variable for the worker (not even an empty one it would have
+    /// inherited), and backoff with the normal delays.
     fn without_a_writable_place_one_warning_and_no_file(mode) {
         // The worker says on its stdout (what the read-only mounts cannot
         // reach, wherever the test's own files are) whether it got the variable.
@@ -331,6 +332,7 @@ per_mode! {
         let options = ["--backoff-delay", "100ms", "--backoff-max-delay", "200ms"];
         let mut run = drainit(mode, with_sh(&options, script))
             .env_remove("TMPDIR")
+            .env("DRAINIT_RETRY_AFTER_FILE", "")
             .before_exec(read_only(std::path::Path::new("/tmp")))
             .before_exec(read_only(std::path::Path::new("/dev/shm")))
             .spawn();
@@ -342,5 +344,48 @@ per_mode! {
         assert_eq!(run.stdout(), "unset\nunset\n", "both attempts: no variable");
         let slept = delays(&run);
         assert!(slept.len() == 1 && slept[0] >= ms(50) && slept[0] <= ms(100), "{slept:?}");
+    }
+}
+
+/// Where the worker's note says the private directory was.
+fn noted_dir(dir: &Scratch) -> std::path::PathBuf {
+    let note = dir.read("note");
+    let file = note.split_whitespace().next().unwrap_or_else(|| panic!("no note: {note:?}"));
+    std::path::Path::new(file).parent().unwrap().to_path_buf()
+}
+
+per_mode! {
+    /// Without $TMPDIR, /dev/shm comes first (a private tmpfs in every
+    /// container; a disk's mkdir would sit on every start), then /tmp.
+    fn without_tmpdir_the_directory_is_under_dev_shm_then_tmp(mode) {
+        let dir = Scratch::new("ra-order");
+        let mut run = drainit(mode, sh(&note_the_file(&dir.0))).env_remove("TMPDIR").spawn();
+        assert_eq!(run.wait(secs(10)).code, Some(0), "{}", run.log());
+        let private = noted_dir(&dir);
+        assert_eq!(private.parent(), Some(std::path::Path::new("/dev/shm")), "{mode:?}: {}", private.display());
+        let mut run = drainit(mode, sh(&note_the_file(&dir.0)))
+            .env_remove("TMPDIR")
+            .before_exec(read_only(std::path::Path::new("/dev/shm")))
+            .spawn();
+        assert_eq!(run.wait(secs(10)).code, Some(0), "{}", run.log());
+        let private = noted_dir(&dir);
+        assert_eq!(private.parent(), Some(std::path::Path::new("/tmp")), "{mode:?}: {}", private.display());
+        assert_eq!(run.count_events("retry_after_unavailable"), 0, "{}", run.log());
+    }
+}
+
+per_mode! {
+    /// A relative $TMPDIR is taken from drainit's working directory (the
+    /// one the worker starts in) and the worker is told an absolute path:
+    /// one that still holds after the worker changes directory.
+    fn a_relative_tmpdir_gives_an_absolute_path(mode) {
+        let dir = Scratch::new("ra-relative");
+        std::fs::create_dir(dir.path("tmp")).unwrap();
+        let script = format!("cd /; {}", note_the_file(&dir.0));
+        let mut run = drainit(mode, sh(&script)).env("TMPDIR", "tmp").current_dir(&dir.0).spawn();
+        assert_eq!(run.wait(secs(10)).code, Some(0), "{}", run.log());
+        let private = noted_dir(&dir);
+        assert!(private.is_absolute(), "{mode:?}: {}", private.display());
+        assert_eq!(private.parent(), Some(dir.path("tmp").as_path()), "{mode:?}: {}", private.display());
     }
 }

@@ -115,6 +115,12 @@ impl Builder {
         self
     }
 
+    /// The working directory the program starts in.
+    pub fn current_dir(mut self, dir: impl AsRef<std::path::Path>) -> Builder {
+        self.cmd.current_dir(dir);
+        self
+    }
+
     pub fn stdin(mut self, io: impl Into<Io>) -> Builder {
         self.stdio[0] = io.into();
         self
@@ -368,6 +374,28 @@ pub fn enter_with_pid(cmd: &mut Command, holder: i32, want: i32) {
             Ok(())
         });
     }
+}
+
+/// In a pre_exec closure: become a child subreaper and fork; the program
+/// runs in the child, under this process, which stays as its parent (a
+/// subreaper above it, as a nested init or a supervisor would be) and ends
+/// as it ends. Async-signal-safe.
+pub fn under_a_subreaper() -> Result<()> {
+    // SAFETY: plain syscalls with constant arguments.
+    unsafe {
+        if libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0 {
+            return Err(Error::last_os_error());
+        }
+        let pid = libc::fork();
+        if pid < 0 {
+            return Err(Error::last_os_error());
+        }
+        if pid > 0 {
+            close_from(0);
+            mirror_exit(pid);
+        }
+    }
+    Ok(())
 }
 
 fn close_from(fd: u32) {

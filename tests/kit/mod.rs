@@ -80,7 +80,7 @@ pub(crate) use cases::{cases, per_mode};
 pub use cc::c_helper;
 pub use elf::is_static_elf;
 pub use events::{Event, check_log_end, event_names, one_clear_line, parse_duration, parse_events};
-pub use launch::{Builder, Io, drainit, launch, pipe};
+pub use launch::{Builder, Io, drainit, launch, pipe, under_a_subreaper};
 pub use pidfd::Pidfd;
 pub use procfs::{HOST, Procfs, Stat, alive, alive_as, exists};
 pub use recorder::{End, Recorder, Term};
