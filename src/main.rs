@@ -67,6 +67,9 @@ fn run(args: Vec<OsString>) -> ! {
         Err(invalid) => fail(Code::CONFIG, invalid),
     };
     logging::init_logger(&config.log_filter);
+    for (name, nearest) in &config.unknown_vars {
+        log::warn!("event=unknown_variable name={name} nearest={nearest}");
+    }
     exit(event_loop::run(config, signals, me, own))
 }
 
