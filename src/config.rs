@@ -753,6 +753,8 @@ mod tests {
         std::iter::once("drainit").chain(list.iter().copied()).map(OsString::from).collect()
     }
 
+    use log::LevelFilter;
+
     #[test]
     fn log_filters() {
         assert_eq!(log_filter(0, 0, None).ok().as_deref(), Some("info"));
@@ -789,6 +791,10 @@ mod tests {
                 other => panic!("{bad}: {other:?}"),
             }
         }
+        // Found by fuzzing, in the property's model: as env_logger reads a
+        // list, a later directive for the same module replaces an earlier one.
+        let logger = env_logger::Builder::new().parse_filters("warn,off").build();
+        assert_eq!(logger.filter(), LevelFilter::Off);
         let Err(Stop::Invalid(line)) = log_filter(0, 0, Some("warning".into())) else { panic!() };
         assert!(line.ends_with("did you mean warn?"), "{line}");
     }
@@ -1096,5 +1102,62 @@ mod tests {
         assert_eq!(c.rewrite.apply(libc::SIGHUP), Some(libc::SIGINT));
         assert_eq!(c.rewrite.apply(libc::SIGUSR1), None);
         assert_eq!(c.backoff.codes, vec![3, 75]);
+    }
+
+    // Fuzzing (issue 26): see scripts/fuzz.
+    mod fuzz {
+        use super::super::*;
+        use proptest::prelude::*;
+
+        fn directive() -> impl Strategy<Value = String> {
+            let level = prop_oneof![prop::sample::select(LEVELS.to_vec()).prop_map(String::from), "[a-zA-Z]{0,8}"];
+            let module = prop_oneof![Just(None), "(drainit|drainit::[a-z_]{1,8}|[a-z:]{0,10})".prop_map(Some)];
+            (module, level, " {0,1}").prop_map(|(m, l, pad)| match m {
+                Some(m) => format!("{pad}{m}{pad}={pad}{l}"),
+                None => format!("{pad}{l}{pad}"),
+            })
+        }
+
+        proptest! {
+            #[test]
+            fn fuzz_backoff_codes(texts in prop::collection::vec(prop_oneof![any::<String>(), "[ ]?(none|NONE|-?[0-9]{1,4})[ ]?"], 1..5)) {
+                if let Ok(codes) = backoff_codes(&texts) {
+                    prop_assert!(codes.iter().all(|c| *c > 0), "{texts:?}");
+                    prop_assert_eq!(codes.is_empty(), texts.len() == 1 && texts[0].trim().eq_ignore_ascii_case("none"));
+                }
+            }
+
+            /// Defect 6: env_logger must read every accepted directive as a
+            /// level, none as a module name (which makes its most verbose
+            /// level trace and logs nothing of drainit's).
+            #[test]
+            fn fuzz_an_accepted_log_filter_is_levels_only(
+                filter in prop_oneof![any::<String>(), prop::collection::vec(directive(), 1..4).prop_map(|d| d.join(","))],
+            ) {
+                let Ok(accepted) = log_filter(0, 0, Some(filter.clone())) else { return Ok(()) };
+                // As env_logger reads it: for each module (or none), the
+                // last directive wins.
+                let mut last: Vec<(Option<&str>, usize)> = Vec::new();
+                for d in accepted.split(',') {
+                    let (module, level) = d.split_once('=').map_or((None, d), |(m, l)| (Some(m), l));
+                    let level = LEVELS.iter().position(|k| *k == level).unwrap();
+                    last.retain(|(m, _)| *m != module);
+                    last.push((module, level));
+                }
+                let most = LEVELS[last.iter().map(|(_, l)| *l).max().unwrap()];
+                let logger = env_logger::Builder::new().parse_filters(&accepted).build();
+                prop_assert_eq!(logger.filter().to_string().to_ascii_lowercase(), most, "{:?} -> {:?}", filter, accepted);
+            }
+
+            #[test]
+            fn fuzz_bounded_keeps_lines_short(parts in prop::collection::vec(prop_oneof!["[^']{0,600}", Just("'".to_string())], 0..40)) {
+                let line = parts.concat();
+                let out = bounded(&line);
+                prop_assert!(out.len() <= LINE_SHOWN + 3);
+                if line.len() <= VALUE_SHOWN {
+                    prop_assert_eq!(out, line);
+                }
+            }
+        }
     }
 }
