@@ -564,9 +564,9 @@ fn parse_all(args: Vec<OsString>) -> Result<Config, Stop> {
         .map(|(name, _)| name)
         .filter(|name| name.as_bytes().starts_with(b"DRAINIT_"))
         .filter_map(|name| {
-            let name = name.to_string_lossy();
+            let name = shown_name(name.as_bytes());
             let nearest = nearest_variable(&name, &known)?;
-            Some((logfmt(&cut(&name, VALUE_SHOWN)), nearest.to_string()))
+            Some((name, nearest.to_string()))
         })
         .collect();
 
@@ -623,12 +623,19 @@ fn nearest_variable<'a>(name: &str, known: &[&'a str]) -> Option<&'a str> {
     known.iter().copied().max_by(|a, b| score(a).total_cmp(&score(b)))
 }
 
-/// A logfmt value: quoted (as Rust quotes a string) only when it must be.
-fn logfmt(text: &str) -> String {
-    if !text.is_empty() && !text.contains(|c: char| c.is_whitespace() || c == '"' || c == '=' || c.is_control()) {
-        return text.to_string();
+/// A variable's name for a log line: cut to VALUE_SHOWN bytes, and each
+/// byte that is not a letter, digit or `_` shown as `?`, so that it needs no
+/// logfmt quoting (names are that in practice; the few others still warn).
+fn shown_name(name: &[u8]) -> String {
+    let mut shown: String = name
+        .iter()
+        .take(VALUE_SHOWN)
+        .map(|&b| if b.is_ascii_alphanumeric() || b == b'_' { char::from(b) } else { '?' })
+        .collect();
+    if name.len() > VALUE_SHOWN {
+        shown.push_str("...");
     }
-    format!("{text:?}")
+    shown
 }
 
 /// The finish program must be there now, not fail at 3 a.m. after the
@@ -960,8 +967,9 @@ mod tests {
             assert_eq!(nearest_variable(name, &known), None, "{name}");
         }
         assert!(nearest_variable("DRAINIT_", &known).is_some());
-        assert_eq!(logfmt("DRAINIT_X"), "DRAINIT_X");
-        assert_eq!(logfmt("DRAINIT_A B"), "\"DRAINIT_A B\"");
+        assert_eq!(shown_name(b"DRAINIT_X_1"), "DRAINIT_X_1");
+        assert_eq!(shown_name("DRAINIT_A B\"=é".as_bytes()), "DRAINIT_A?B????");
+        assert_eq!(shown_name(&[b'D'; 300]).len(), VALUE_SHOWN + 3);
     }
 
     // Only flag paths here: the environment is process-wide and tests run in
