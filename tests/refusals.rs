@@ -67,6 +67,15 @@ fn an_unknown_drainit_variable_is_one_warning() {
     assert_eq!(warnings.len(), 1, "{}", run.log());
     assert_eq!(warnings[0].get("name"), Some("DRAINIT_GRACE_PERIOD"));
     assert_eq!(warnings[0].get("nearest"), Some("DRAINIT_GRACE"));
+
+    // A 100 KiB name is one short line too.
+    let name = format!("DRAINIT_{}", "G".repeat(100 * 1024));
+    let mut run = drainit(Mode::Subreaper, ["--", "true"]).env(&name, "1").spawn();
+    assert_eq!(run.wait(secs(10)).code, Some(0), "{}", run.log());
+    let warnings: Vec<Event> = run.events().into_iter().filter(|e| e.name == "unknown_variable").collect();
+    assert_eq!(warnings.len(), 1, "{}", run.log());
+    assert!(warnings[0].line.len() < 400 && warnings[0].line.contains("GGG..."), "{}", warnings[0].line);
+    assert!(!run.log().contains("log_dropped"), "{}", run.log());
 }
 
 /// drainit under `name` (a link or a copy, as engines install it) in `dir`.
