@@ -9,6 +9,7 @@ use crate::exit::Code;
 /// The backoff settings, validated by config.rs.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Policy {
+    /// Empty: no code asks for a restart, every exit is final (`none`).
     pub codes: Vec<u8>,
     pub delay: Duration,
     pub max_delay: Duration,
@@ -177,6 +178,14 @@ mod tests {
         assert!(p.wants_restart(Code(75)) && p.wants_restart(Code(3)));
         for other in [0, 1, 75 + 256, -1] {
             assert!(!p.wants_restart(Code(other)), "{other}");
+        }
+    }
+
+    #[test]
+    fn no_codes_restart_nothing() {
+        let p = Policy { codes: Vec::new(), ..Policy::default() };
+        for code in [0, 1, 75, 255, 256, -1] {
+            assert!(!p.wants_restart(Code(code)), "{code}");
         }
     }
 

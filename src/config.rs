@@ -16,7 +16,7 @@ use nix::unistd::AccessFlags;
 use crate::backoff;
 use crate::duration;
 use crate::exit::Remap;
-use crate::signals::Rewrite;
+use crate::signals::{self, Rewrite, Signo};
 
 const AFTER_HELP: &str = "\
 DURATION is 500ms, 8s, 1m30s...; a bare number is seconds.
@@ -33,10 +33,19 @@ left is SIGKILLed. Once the worker and its leftovers are gone, the finish
 program runs (with DRAINIT_EXIT_CODE, DRAINIT_WORKER_STATUS,
 DRAINIT_DEADLINE_REACHED, DRAINIT_STOP_SIGNAL, DRAINIT_ATTEMPT).
 
+With --watchdog, --ready-timeout or --ready-file the worker gets
+NOTIFY_SOCKET (systemd's notify protocol): READY=1 makes it ready,
+WATCHDOG=1 pings; a missed ping or a late READY=1 stops it with the
+watchdog signal.
+
 Exit status: the worker's code; 128+N if it died of signal N (137 when the
 deadline killed it) or if stop signal N arrived during a backoff sleep
 (both subject to --remap-exit); 2 bad configuration; 126 COMMAND not
-executable; 127 COMMAND not found; 125 drainit itself failed.";
+executable; 127 COMMAND not found; 125 drainit itself failed.
+
+Two tools in the same binary, for the worker and for health checks:
+  drainit --notify VAR=VALUE...  send one message to $NOTIFY_SOCKET (READY=1)
+  drainit --probe                exit 0 while the worker is ready, not stopping";
 
 const ABOUT: &str = "A PID-1 init for containers: forwards signals to the worker's process group, \
     SIGKILLs what is left when the grace deadline passes (before the orchestrator's own SIGKILL), reaps \
@@ -59,7 +68,7 @@ struct Opt {
     help: &'static str,
 }
 
-const OPTIONS: [Opt; 13] = [
+const OPTIONS: [Opt; 17] = [
     Opt {
         id: "grace",
         long: "grace",
@@ -117,8 +126,8 @@ const OPTIONS: [Opt; 13] = [
         value_name: "CODE",
         list: true,
         hyphen: true,
-        help: "Exit code by which the worker asks to be restarted later. Repeatable; the variable is a comma \
-            list [default: 75]",
+        help: "Exit code by which the worker asks to be restarted later; `none` turns restarts off. \
+            Repeatable; the variable is a comma list [default: 75; none as docker-init or podman-init]",
     },
     Opt {
         id: "backoff_delay",
@@ -189,6 +198,45 @@ const OPTIONS: [Opt; 13] = [
         help: "Where to write a one-line summary at exit, when that file exists and is empty (Kubernetes \
             shows it); `off` disables [default: /dev/termination-log]",
     },
+    Opt {
+        id: "watchdog",
+        long: "watchdog",
+        env: "DRAINIT_WATCHDOG",
+        value_name: "DURATION",
+        list: false,
+        hyphen: true,
+        help: "Once armed (at the start, or at READY=1 with --ready-timeout), the worker must send WATCHDOG=1 \
+            at least this often, or it is stopped",
+    },
+    Opt {
+        id: "ready_timeout",
+        long: "ready-timeout",
+        env: "DRAINIT_READY_TIMEOUT",
+        value_name: "DURATION",
+        list: false,
+        hyphen: true,
+        help: "The worker must send READY=1 within this time of its start, or it is stopped",
+    },
+    Opt {
+        id: "ready_file",
+        long: "ready-file",
+        env: "DRAINIT_READY_FILE",
+        value_name: "PATH",
+        list: false,
+        hyphen: true,
+        help: "A file that exists exactly while the worker is ready (readiness probes test it); a stale one \
+            is removed at start",
+    },
+    Opt {
+        id: "watchdog_signal",
+        long: "watchdog-signal",
+        env: "DRAINIT_WATCHDOG_SIGNAL",
+        value_name: "SIGNAL",
+        list: false,
+        hyphen: true,
+        help: "The signal that begins the stop when the watchdog or the ready timeout expires (QUIT or ABRT \
+            make many runtimes dump their stacks first) [default: SIGTERM]",
+    },
 ];
 
 /// drainit's command line: the options, -v/-q, then the worker's command,
@@ -256,6 +304,20 @@ pub struct Config {
     pub remap: Remap,
     pub termination_log: Option<PathBuf>,
     pub log_filter: String,
+    // Until the supervisor reads the watchdog's settings, only tests do.
+    #[allow(dead_code)]
+    pub watchdog: Option<Duration>,
+    #[allow(dead_code)]
+    pub ready_timeout: Option<Duration>,
+    #[allow(dead_code)]
+    pub ready_file: Option<PathBuf>,
+    /// Begins the stop when the watchdog or the ready timeout expires.
+    #[allow(dead_code)]
+    pub watchdog_signal: Signo,
+    /// `DRAINIT_*` variables that are none of drainit's, each with the
+    /// nearest real one: (name, nearest), both ready for a logfmt line. To
+    /// be warned about once the logger is up.
+    pub unknown_vars: Vec<(String, String)>,
 }
 
 /// How parsing ended without a configuration.
@@ -279,13 +341,71 @@ impl fmt::Display for Stop {
 const LOG_VAR: &str = "DRAINIT_LOG";
 const TERMINATION_LOG: &str = "/dev/termination-log";
 const FINISH_TIMEOUT: Duration = Duration::from_secs(5);
+const ORCHESTRATOR_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The margin drainit keeps before the orchestrator's SIGKILL.
 const MARGIN: Duration = Duration::from_secs(1);
 
+/// What drainit sets for the worker and the finish program (a drainit
+/// started under another one sees them), and the build's commit (which
+/// cargo sets for build.rs's output and `cargo test`): no typos.
+const SET_FOR_OTHERS: [&str; 9] = [
+    "DRAINIT_GIT_COMMIT",
+    "DRAINIT_ATTEMPT",
+    crate::retry_after::VAR,
+    "DRAINIT_EXIT_CODE",
+    "DRAINIT_WORKER_STATUS",
+    "DRAINIT_DEADLINE_REACHED",
+    "DRAINIT_STOP_SIGNAL",
+    "DRAINIT_STOP_REASON",
+    "DRAINIT_WORKER_STATUS_TEXT",
+];
+
+/// The names under which dockerd and podman run their init: drainit stands
+/// in front of images that never heard of it, so it restarts nothing unless
+/// asked to (a worker that exits 75 by chance exits 75, as under tini).
+const ENGINE_INIT_NAMES: [&str; 2] = ["docker-init", "podman-init"];
+
 /// Parse and validate the command line and the environment.
 pub fn parse<I: IntoIterator<Item = OsString>>(args: I) -> Result<Config, Stop> {
-    let args: Vec<OsString> = args.into_iter().collect();
+    parse_all(args.into_iter().collect()).map_err(|stop| match stop {
+        Stop::Invalid(line) => Stop::Invalid(bounded(&line)),
+        info => info,
+    })
+}
+
+/// How much of one value a refusal shows.
+const VALUE_SHOWN: usize = 256;
+/// How long a refusal line gets: far below the log's 64 KiB buffer, so the
+/// line that explains exit 2 always gets out.
+const LINE_SHOWN: usize = 4096;
+
+/// The refusal line, its values cut: every refusal quotes a value as 'TEXT',
+/// and a value may be any length (a 100 KiB variable). Each quoted part is
+/// cut to VALUE_SHOWN bytes; a value with quotes of its own may put its
+/// text between them, so the parts outside are cut too (at a length no
+/// message's own words reach), and the line as a whole at LINE_SHOWN.
+fn bounded(line: &str) -> String {
+    let mut out = String::with_capacity(line.len().min(LINE_SHOWN + 3));
+    for (i, part) in line.split('\'').enumerate() {
+        if i > 0 {
+            out.push('\'');
+        }
+        out.push_str(&cut(part, if i % 2 == 1 { VALUE_SHOWN } else { 4 * VALUE_SHOWN }));
+    }
+    cut(&out, LINE_SHOWN).into_owned()
+}
+
+/// `text` up to `max` bytes (at a character's boundary), then `...`.
+fn cut(text: &str, max: usize) -> std::borrow::Cow<'_, str> {
+    if text.len() <= max {
+        return text.into();
+    }
+    let end = (0..=max).rev().find(|&i| text.is_char_boundary(i)).unwrap_or(0);
+    format!("{}...", &text[..end]).into()
+}
+
+fn parse_all(args: Vec<OsString>) -> Result<Config, Stop> {
     let mut command = command();
     // Every option's variable, as clap declares it, and the log filter's.
     let variables = command.get_arguments().filter_map(|a| a.get_env()).chain([std::ffi::OsStr::new(LOG_VAR)]);
@@ -302,6 +422,11 @@ pub fn parse<I: IntoIterator<Item = OsString>>(args: I) -> Result<Config, Stop> 
         };
         name.unwrap_or_else(|| id.to_string())
     };
+    // Both ways to set an option, for a refusal that says what to change.
+    let setting = |id: &str| -> String {
+        let opt = OPTIONS.iter().find(|o| o.id == id);
+        opt.map_or_else(|| id.to_string(), |o| format!("--{} or {}", o.long, o.env))
+    };
     let invalid = |id: &str, text: &str, why: &str| Stop::Invalid(format!("{} '{text}': {why}", origin(id)));
     // Values are read in place, not removed from `matches`: `origin` still
     // asks where each came from. They are OsString so that one that is not
@@ -313,10 +438,21 @@ pub fn parse<I: IntoIterator<Item = OsString>>(args: I) -> Result<Config, Stop> 
     let many = |id: &str| -> Result<Vec<String>, Stop> {
         matches.get_many::<OsString>(id).into_iter().flatten().cloned().map(|v| text(v, id)).collect()
     };
-    let duration = |id: &str, default: Duration| -> Result<(Duration, String), Stop> {
+    let given = |id: &str| -> Result<Option<(Duration, String)>, Stop> {
         match one(id)? {
-            None => Ok((default, duration::show(default))),
-            Some(text) => duration::parse(&text).map(|d| (d, text.clone())).map_err(|why| invalid(id, &text, &why)),
+            None => Ok(None),
+            Some(text) => {
+                duration::parse(&text).map(|d| Some((d, text.clone()))).map_err(|why| invalid(id, &text, &why))
+            }
+        }
+    };
+    let duration = |id: &str, default: Duration| -> Result<(Duration, String), Stop> {
+        Ok(given(id)?.unwrap_or_else(|| (default, duration::show(default))))
+    };
+    let above_zero = |id: &str| -> Result<Option<Duration>, Stop> {
+        match given(id)? {
+            Some((d, text)) if d.is_zero() => Err(invalid(id, &text, "must be more than 0")),
+            other => Ok(other.map(|(d, _)| d)),
         }
     };
     let path = |id: &str| match matches.get_one::<OsString>(id) {
@@ -324,23 +460,40 @@ pub fn parse<I: IntoIterator<Item = OsString>>(args: I) -> Result<Config, Stop> 
         other => Ok(other.cloned()),
     };
 
-    let (orchestrator_timeout, timeout_text) = duration("orchestrator_timeout", Duration::from_secs(10))?;
+    let (orchestrator_timeout, timeout_text) = duration("orchestrator_timeout", ORCHESTRATOR_TIMEOUT)?;
     let Some(latest) = orchestrator_timeout.checked_sub(MARGIN) else {
         let why = "must be at least 1s, drainit needs 1s before the orchestrator's SIGKILL";
         return Err(invalid("orchestrator_timeout", &timeout_text, why));
     };
     let (grace, grace_text) = duration("grace", latest)?;
     if grace > latest {
+        let timeout_from = match matches.value_source("orchestrator_timeout") {
+            Some(ValueSource::EnvVariable | ValueSource::CommandLine) => {
+                format!("from {}", origin("orchestrator_timeout"))
+            }
+            _ => "the default, docker stop's".to_string(),
+        };
         let why = format!(
-            "must end at least 1s before the orchestrator timeout {}, so at most {}",
+            "must end at least 1s before the orchestrator timeout, {} ({timeout_from}): set {} to at most {}, \
+            or {} to at least {}",
             duration::show(orchestrator_timeout),
+            setting("grace"),
             duration::show(latest),
+            setting("orchestrator_timeout"),
+            duration::show(grace.saturating_add(MARGIN)),
         );
         return Err(invalid("grace", &grace_text, &why));
     }
     let (stop_delay, delay_text) = duration("stop_delay", Duration::ZERO)?;
     if !stop_delay.is_zero() && stop_delay >= grace {
-        let why = format!("must be shorter than the grace {}, which it is part of", duration::show(grace));
+        let why = format!(
+            "must be shorter than the grace, {} ({}), which it is part of",
+            duration::show(grace),
+            match matches.value_source("grace") {
+                Some(ValueSource::EnvVariable | ValueSource::CommandLine) => format!("from {}", origin("grace")),
+                _ => "the default: the orchestrator timeout minus 1s".to_string(),
+            },
+        );
         return Err(invalid("stop_delay", &delay_text, &why));
     }
     let drain_file = path("drain_file")?.map(PathBuf::from);
@@ -351,15 +504,11 @@ pub fn parse<I: IntoIterator<Item = OsString>>(args: I) -> Result<Config, Stop> 
     let defaults = backoff::Policy::default();
     let codes = many("backoff_exit_codes")?;
     let codes = if codes.is_empty() {
-        defaults.codes.clone()
+        // Under an engine's name only DRAINIT_BACKOFF_EXIT_CODES (or the
+        // flag, which beats it) turns restarts on.
+        if engine_init(args.first()) { Vec::new() } else { defaults.codes.clone() }
     } else {
-        codes
-            .iter()
-            .map(|text| match text.trim().parse::<u8>() {
-                Ok(code) if code > 0 => Ok(code),
-                _ => Err(invalid("backoff_exit_codes", text, "must be an exit code from 1 to 255")),
-            })
-            .collect::<Result<Vec<u8>, Stop>>()?
+        backoff_codes(&codes).map_err(|(text, why)| invalid("backoff_exit_codes", text, why))?
     };
     let (delay, _) = duration("backoff_delay", defaults.delay)?;
     let (max_delay, _) = duration("backoff_max_delay", defaults.max_delay)?;
@@ -388,6 +537,19 @@ pub fn parse<I: IntoIterator<Item = OsString>>(args: I) -> Result<Config, Stop> 
         None => Some(PathBuf::from(TERMINATION_LOG)),
     };
 
+    let watchdog = above_zero("watchdog")?;
+    let ready_timeout = above_zero("ready_timeout")?;
+    let ready_file = path("ready_file")?.map(PathBuf::from);
+    let watchdog_signal = match one("watchdog_signal")? {
+        None => signals::SIGTERM,
+        Some(text) if text.trim() == "0" => {
+            return Err(invalid("watchdog_signal", &text, "0 sends nothing; name the signal that begins the stop"));
+        }
+        Some(text) => {
+            signals::parse(&text, false).map_err(|why| Stop::Invalid(format!("{} {why}", origin("watchdog_signal"))))?
+        }
+    };
+
     let log = match std::env::var_os(LOG_VAR).map(OsString::into_string) {
         None => None,
         Some(Ok(filter)) => Some(filter),
@@ -396,6 +558,18 @@ pub fn parse<I: IntoIterator<Item = OsString>>(args: I) -> Result<Config, Stop> 
         }
     };
     let log_filter = log_filter(matches.get_count("verbose"), matches.get_count("quiet"), log)?;
+
+    let known: Vec<&str> = OPTIONS.iter().map(|o| o.env).chain([LOG_VAR]).chain(SET_FOR_OTHERS).collect();
+    let unknown_vars = std::env::vars_os()
+        .map(|(name, _)| name)
+        .filter(|name| name.as_bytes().starts_with(b"DRAINIT_"))
+        .filter_map(|name| {
+            let name = shown_name(name.as_bytes());
+            let nearest = nearest_variable(&name, &known)?;
+            Some((name, nearest.to_string()))
+        })
+        .collect();
+
     Ok(Config {
         command: matches.get_many::<OsString>("command").into_iter().flatten().cloned().collect(),
         grace,
@@ -409,7 +583,59 @@ pub fn parse<I: IntoIterator<Item = OsString>>(args: I) -> Result<Config, Stop> 
         remap,
         termination_log,
         log_filter,
+        watchdog,
+        ready_timeout,
+        ready_file,
+        watchdog_signal,
+        unknown_vars,
     })
+}
+
+/// The backoff codes, each 1-255, or `none` alone: no code restarts. On
+/// error, the value to show and why.
+fn backoff_codes(texts: &[String]) -> Result<Vec<u8>, (&str, &'static str)> {
+    let is_none = |t: &String| t.trim().eq_ignore_ascii_case("none");
+    if let Some(none) = texts.iter().find(|t| is_none(t)) {
+        if texts.len() > 1 {
+            return Err((none.as_str(), "turns restarts off, so it cannot go with exit codes"));
+        }
+        return Ok(Vec::new());
+    }
+    texts
+        .iter()
+        .map(|text| match text.trim().parse::<u8>() {
+            Ok(code) if code > 0 => Ok(code),
+            _ => Err((text.as_str(), "must be an exit code from 1 to 255, or none")),
+        })
+        .collect()
+}
+
+/// For a `DRAINIT_*` variable that is none of `known`: the known one it is
+/// most likely a typo of. None when it is one of them.
+fn nearest_variable<'a>(name: &str, known: &[&'a str]) -> Option<&'a str> {
+    if known.contains(&name) {
+        return None;
+    }
+    // The prefix is common to all: compare what follows it, in either case.
+    let tail = |v: &str| v.get("DRAINIT_".len()..).unwrap_or("").to_ascii_uppercase();
+    let wanted = tail(name);
+    let score = |v: &&str| strsim::jaro_winkler(&wanted, &tail(v));
+    known.iter().copied().max_by(|a, b| score(a).total_cmp(&score(b)))
+}
+
+/// A variable's name for a log line: cut to VALUE_SHOWN bytes, and each
+/// byte that is not a letter, digit or `_` shown as `?`, so that it needs no
+/// logfmt quoting (names are that in practice; the few others still warn).
+fn shown_name(name: &[u8]) -> String {
+    let mut shown: String = name
+        .iter()
+        .take(VALUE_SHOWN)
+        .map(|&b| if b.is_ascii_alphanumeric() || b == b'_' { char::from(b) } else { '?' })
+        .collect();
+    if name.len() > VALUE_SHOWN {
+        shown.push_str("...");
+    }
+    shown
 }
 
 /// The finish program must be there now, not fail at 3 a.m. after the
@@ -432,6 +658,17 @@ fn executable(path: &OsString) -> Result<OsString, &'static str> {
     Ok(here)
 }
 
+/// argv[0]'s file name (of a copy or a link), `drainit` when there is none.
+fn invoked_as(argv0: Option<&OsString>) -> &std::ffi::OsStr {
+    argv0.map_or(std::ffi::OsStr::new("drainit"), |a| Path::new(a).file_name().unwrap_or(a.as_os_str()))
+}
+
+/// Whether drainit runs in an engine's init slot (ENGINE_INIT_NAMES).
+fn engine_init(argv0: Option<&OsString>) -> bool {
+    let name = invoked_as(argv0);
+    ENGINE_INIT_NAMES.iter().any(|n| name == *n)
+}
+
 /// What `--version` prints. Under the name `docker-init` (Docker's init
 /// slot), the one line dockerd parses (`parseInitVersion`): `tini version
 /// VERSION - git.ID`, split on " - " and the ID's one ".", so neither part
@@ -439,8 +676,7 @@ fn executable(path: &OsString) -> Result<OsString, &'static str> {
 /// `drainit VERSION`.
 pub fn version_line(argv0: Option<&OsString>) -> String {
     const VERSION: &str = env!("CARGO_PKG_VERSION");
-    let name = argv0.map(|a| Path::new(a).file_name().unwrap_or(a.as_os_str()).to_os_string());
-    if name.as_deref() != Some(std::ffi::OsStr::new("docker-init")) {
+    if invoked_as(argv0) != "docker-init" {
         return format!("drainit {VERSION}");
     }
     let id = format!("drainit-{}", VERSION.replace('.', "_"));
@@ -450,9 +686,10 @@ pub fn version_line(argv0: Option<&OsString>) -> String {
     }
 }
 
+const LEVELS: [&str; 6] = ["off", "error", "warn", "info", "debug", "trace"];
+
 /// -v/-q beat DRAINIT_LOG, which beats the default `info`.
 fn log_filter(verbose: u8, quiet: u8, var: Option<String>) -> Result<String, Stop> {
-    const LEVELS: [&str; 6] = ["off", "error", "warn", "info", "debug", "trace"];
     if verbose > 0 || quiet > 0 {
         let level = (3 + i32::from(verbose) - i32::from(quiet)).clamp(0, 5);
         return Ok(LEVELS[level as usize].to_string());
@@ -460,24 +697,43 @@ fn log_filter(verbose: u8, quiet: u8, var: Option<String>) -> Result<String, Sto
     let Some(filter) = var else {
         return Ok("info".to_string());
     };
-    // env_logger would ignore a bad directive with a warning; refuse it instead.
+    // env_logger takes a word that is not a level for a module name
+    // (`warning`) and then logs nothing at all, the deadline's warning
+    // included: only levels, for everything or for drainit's own modules.
+    // What env_logger gets is rebuilt from what was checked.
+    let mut directives = Vec::new();
     for directive in filter.split(',') {
-        let level = directive.rsplit_once('=').map_or(directive, |(_, level)| level).trim();
-        let known = LEVELS.iter().any(|l| l.eq_ignore_ascii_case(level));
-        let module_only = !directive.contains('=')
-            && !level.is_empty()
-            && level.chars().all(|c| c.is_alphanumeric() || c == '_' || c == ':');
-        if !known && !module_only || directive.trim().is_empty() {
-            return Err(Stop::Invalid(format!(
-                "DRAINIT_LOG '{filter}': '{directive}' is not a level (off, error, warn, info, debug, trace) or module=level"
-            )));
+        let (module, level) = match directive.split_once('=') {
+            Some((module, level)) => (Some(module.trim()), level.trim()),
+            None => (None, directive.trim()),
+        };
+        let known = LEVELS.iter().find(|l| l.eq_ignore_ascii_case(level));
+        match (known, module) {
+            (Some(level), None) => directives.push(level.to_string()),
+            (Some(level), Some(module)) if drainit_module(module) => directives.push(format!("{module}={level}")),
+            _ => {
+                let near = LEVELS.iter().find(|l| strsim::jaro_winkler(&level.to_ascii_lowercase(), l) > 0.8);
+                return Err(Stop::Invalid(format!(
+                    "{LOG_VAR} '{filter}': '{directive}' is not a level ({}) or drainit=LEVEL{}",
+                    LEVELS.join(", "),
+                    near.map_or(String::new(), |l| format!("; did you mean {l}?")),
+                )));
+            }
         }
     }
-    Ok(filter)
+    Ok(directives.join(","))
+}
+
+/// `drainit` or one of its modules (`drainit::supervisor`): the targets of
+/// drainit's own log records.
+fn drainit_module(module: &str) -> bool {
+    let mut parts = module.split("::");
+    parts.next() == Some("drainit")
+        && parts.all(|p| !p.is_empty() && p.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'))
 }
 
 fn clap_error(err: clap::Error, argv0: Option<&OsString>) -> Stop {
-    use clap::error::ErrorKind;
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
     match err.kind() {
         ErrorKind::DisplayHelp => Stop::Info(err.render().to_string()),
         ErrorKind::DisplayVersion => Stop::Info(version_line(argv0)),
@@ -485,7 +741,13 @@ fn clap_error(err: clap::Error, argv0: Option<&OsString>) -> Stop {
             // clap's message may span lines up to the first blank one.
             let text = err.render().to_string();
             let lines: Vec<&str> = text.lines().take_while(|l| !l.trim().is_empty()).map(str::trim).collect();
-            Stop::Invalid(lines.join(" ").trim_start_matches("error: ").to_string() + " (see drainit --help)")
+            let mut line = lines.join(" ").trim_start_matches("error: ").to_string();
+            // The nearest real flag to a mistyped one, which clap renders
+            // as a tip below the blank line.
+            if let Some(ContextValue::String(flag)) = err.get(ContextKind::SuggestedArg) {
+                line = format!("{line}; did you mean '{flag}'?");
+            }
+            Stop::Invalid(line + " (see drainit --help)")
         }
     }
 }
@@ -498,15 +760,216 @@ mod tests {
         std::iter::once("drainit").chain(list.iter().copied()).map(OsString::from).collect()
     }
 
+    use log::LevelFilter;
+
     #[test]
     fn log_filters() {
         assert_eq!(log_filter(0, 0, None).ok().as_deref(), Some("info"));
         assert_eq!(log_filter(1, 0, Some("off".into())).ok().as_deref(), Some("debug"));
         assert_eq!(log_filter(0, 2, None).ok().as_deref(), Some("error"));
         assert_eq!(log_filter(0, 9, None).ok().as_deref(), Some("off"));
-        assert_eq!(log_filter(0, 0, Some("drainit=debug".into())).ok().as_deref(), Some("drainit=debug"));
-        assert!(log_filter(0, 0, Some("drainit=loud".into())).is_err());
-        assert!(log_filter(0, 0, Some("info,".into())).is_err());
+        for (var, want) in [
+            ("drainit=debug", "drainit=debug"),
+            ("WARN", "warn"),
+            (" info , drainit::supervisor = TRACE", "info,drainit::supervisor=trace"),
+            ("off,drainit=error", "off,drainit=error"),
+        ] {
+            assert_eq!(log_filter(0, 0, Some(var.into())).ok().as_deref(), Some(want), "{var}");
+        }
+        // Defect 6: env_logger takes any other word for a module name and
+        // then logs nothing, the deadline's warning included.
+        for bad in [
+            "drainit=loud",
+            "info,",
+            "warning",
+            "wran",
+            "verbose",
+            "drainit",
+            "DRAINIT=debug",
+            "other=info",
+            "drainit::=info",
+            "info/regex",
+            "=info",
+        ] {
+            match log_filter(0, 0, Some(bad.into())) {
+                Err(Stop::Invalid(line)) => {
+                    assert!(line.contains("off, error, warn, info, debug, trace"), "{bad}: {line}");
+                }
+                other => panic!("{bad}: {other:?}"),
+            }
+        }
+        // Found by fuzzing, in the property's model: as env_logger reads a
+        // list, a later directive for the same module replaces an earlier one.
+        let logger = env_logger::Builder::new().parse_filters("warn,off").build();
+        assert_eq!(logger.filter(), LevelFilter::Off);
+        let Err(Stop::Invalid(line)) = log_filter(0, 0, Some("warning".into())) else { panic!() };
+        assert!(line.ends_with("did you mean warn?"), "{line}");
+    }
+
+    #[test]
+    fn backoff_code_lists() {
+        let list = |l: &[&str]| {
+            let texts: Vec<String> = l.iter().map(|s| s.to_string()).collect();
+            backoff_codes(&texts).map_err(|(text, _)| text.to_string())
+        };
+        assert_eq!(list(&["75", " 3 "]), Ok(vec![75, 3]));
+        assert_eq!(list(&["none"]), Ok(vec![]));
+        assert_eq!(list(&[" NONE "]), Ok(vec![]));
+        assert_eq!(list(&["75", "none"]), Err("none".to_string()));
+        assert_eq!(list(&["0"]), Err("0".to_string()));
+        assert!(list(&["nothing"]).is_err());
+    }
+
+    #[test]
+    fn none_turns_restarts_off() {
+        let c = parse(args(&["--backoff-exit-code", "none", "true"])).unwrap();
+        assert!(c.backoff.codes.is_empty());
+        assert!(!c.backoff.wants_restart(crate::exit::Code(75)));
+        for bad in [
+            &["--backoff-exit-code", "none", "--backoff-exit-code", "75", "true"][..],
+            &["--backoff-exit-code", "75,none", "true"],
+        ] {
+            let Err(Stop::Invalid(line)) = parse(args(bad)) else { panic!("{bad:?}") };
+            assert!(line.starts_with("--backoff-exit-code 'none'"), "{line}");
+        }
+    }
+
+    #[test]
+    fn engine_init_names_restart_nothing_by_default() {
+        let named = |argv0: &str, rest: &[&str]| {
+            let all = std::iter::once(argv0).chain(rest.iter().copied()).map(OsString::from);
+            parse(all).unwrap().backoff.codes
+        };
+        for argv0 in ["docker-init", "/sbin/docker-init", "/run/podman-init", "podman-init"] {
+            assert_eq!(named(argv0, &["--", "true"]), Vec::<u8>::new(), "{argv0}");
+            assert_eq!(named(argv0, &["--backoff-exit-code", "75", "--", "true"]), vec![75], "{argv0}");
+        }
+        for argv0 in ["drainit", "/sbin/docker-init-old", "tini", "/docker-init/drainit"] {
+            assert_eq!(named(argv0, &["--", "true"]), vec![75], "{argv0}");
+        }
+    }
+
+    #[test]
+    fn watchdog_options() {
+        let c = parse(args(&["true"])).unwrap();
+        assert_eq!((c.watchdog, c.ready_timeout, c.ready_file), (None, None, None));
+        assert_eq!(c.watchdog_signal, libc::SIGTERM);
+        let c = parse(args(&[
+            "--watchdog",
+            "2s",
+            "--ready-timeout",
+            "500ms",
+            "--ready-file",
+            "/run/ready",
+            "--watchdog-signal",
+            "quit",
+            "true",
+        ]))
+        .unwrap();
+        assert_eq!(c.watchdog, Some(Duration::from_secs(2)));
+        assert_eq!(c.ready_timeout, Some(Duration::from_millis(500)));
+        assert_eq!(c.ready_file, Some(PathBuf::from("/run/ready")));
+        assert_eq!(c.watchdog_signal, libc::SIGQUIT);
+        for (sig, want) in [("6", libc::SIGABRT), ("SIGABRT", libc::SIGABRT), ("RTMIN+1", 35)] {
+            assert_eq!(parse(args(&["--watchdog-signal", sig, "true"])).unwrap().watchdog_signal, want);
+        }
+        for bad in [
+            &["--watchdog", "0", "true"][..],
+            &["--watchdog", "0s", "true"],
+            &["--ready-timeout", "0ms", "true"],
+            &["--ready-timeout", "-1s", "true"],
+            &["--watchdog-signal", "0", "true"],
+            &["--watchdog-signal", "SIGNOPE", "true"],
+            &["--watchdog-signal", "65", "true"],
+            &["--ready-file", "", "true"],
+        ] {
+            match parse(args(bad)) {
+                Err(Stop::Invalid(line)) => assert!(line.starts_with(&format!("{} '", bad[0])), "{bad:?}: {line}"),
+                other => panic!("{bad:?}: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn a_mistyped_flag_is_answered_with_the_nearest() {
+        for (typo, near) in [
+            ("--grase", "'--grace'"),
+            ("--backoff-exit-codes", "'--backoff-exit-code'"),
+            ("--watchdog-sig", "'--watchdog-signal'"),
+        ] {
+            let Err(Stop::Invalid(line)) = parse(args(&[typo, "1", "true"])) else { panic!("{typo}") };
+            assert!(line.contains(&format!("did you mean {near}?")) && !line.contains('\n'), "{line}");
+        }
+    }
+
+    #[test]
+    fn a_grace_too_long_names_both_settings_and_the_timeout_s_origin() {
+        let refusal = |a: &[&str]| match parse(args(a)) {
+            Err(Stop::Invalid(line)) => line,
+            other => panic!("{a:?}: {other:?}"),
+        };
+        let line = refusal(&["--grace", "10s", "true"]);
+        for needle in [
+            "--grace '10s'",
+            "10s (the default, docker stop's)",
+            "--grace or DRAINIT_GRACE to at most 9s",
+            "--orchestrator-timeout or DRAINIT_ORCHESTRATOR_TIMEOUT to at least 11s",
+        ] {
+            assert!(line.contains(needle), "{needle}: {line}");
+        }
+        assert_eq!(bounded(&line), line, "its own words are never cut");
+        let line = refusal(&["--grace", "1m", "--orchestrator-timeout", "30s", "true"]);
+        assert!(line.contains("30s (from --orchestrator-timeout)") && line.contains("at most 29s"), "{line}");
+        assert!(line.contains("at least 1m1s") || line.contains("at least 61s"), "{line}");
+    }
+
+    #[test]
+    fn refusals_cut_what_they_show() {
+        let huge = "x".repeat(100 * 1024);
+        for bad in [
+            vec!["--grace", &huge, "true"],
+            vec!["--rewrite", &huge, "true"],
+            vec!["--remap-exit", &huge, "true"],
+            vec!["--watchdog-signal", &huge, "true"],
+            vec!["--finish", &huge, "true"],
+        ] {
+            let Err(Stop::Invalid(line)) = parse(args(&bad)) else { panic!("{}", bad[0]) };
+            assert!(line.len() < 1024 && line.starts_with(bad[0]) && line.contains("x..."), "{line}");
+        }
+        let flag = format!("--{huge}");
+        let Err(Stop::Invalid(line)) = parse(args(&[&flag, "true"])) else { panic!() };
+        assert!(line.len() < 1024 && line.ends_with("(see drainit --help)"), "{line}");
+        // A value with quotes of its own still cannot make the line long.
+        let quoted = format!("'{}'{}", "y".repeat(70_000), "'".repeat(70_000));
+        assert!(bounded(&format!("--grace '{quoted}': not a duration")).len() <= LINE_SHOWN + 3);
+        // Characters are never split.
+        let wide = "é".repeat(1000);
+        assert!(bounded(&format!("v '{wide}'")).ends_with("é...'"));
+        assert_eq!(bounded("--grace 'abc': not a duration"), "--grace 'abc': not a duration");
+    }
+
+    #[test]
+    fn an_unknown_variable_is_matched_to_the_nearest() {
+        let known: Vec<&str> = OPTIONS.iter().map(|o| o.env).chain([LOG_VAR]).chain(SET_FOR_OTHERS).collect();
+        for (typo, want) in [
+            ("DRAINIT_GRACE_PERIOD", "DRAINIT_GRACE"),
+            ("DRAINIT_BACKOFF_EXIT_CODE", "DRAINIT_BACKOFF_EXIT_CODES"),
+            ("DRAINIT_LOG_LEVEL", "DRAINIT_LOG"),
+            ("DRAINIT_grace", "DRAINIT_GRACE"),
+            ("DRAINIT_WATCHDOG_SEC", "DRAINIT_WATCHDOG"),
+            ("DRAINIT_READYFILE", "DRAINIT_READY_FILE"),
+            ("DRAINIT_ORCHESTRATOR_TIMEOUTS", "DRAINIT_ORCHESTRATOR_TIMEOUT"),
+            ("DRAINIT_REMAP_EXITS", "DRAINIT_REMAP_EXIT"),
+        ] {
+            assert_eq!(nearest_variable(typo, &known), Some(want), "{typo}");
+        }
+        for name in known.iter().copied() {
+            assert_eq!(nearest_variable(name, &known), None, "{name}");
+        }
+        assert!(nearest_variable("DRAINIT_", &known).is_some());
+        assert_eq!(shown_name(b"DRAINIT_X_1"), "DRAINIT_X_1");
+        assert_eq!(shown_name("DRAINIT_A B\"=é".as_bytes()), "DRAINIT_A?B????");
+        assert_eq!(shown_name(&[b'D'; 300]).len(), VALUE_SHOWN + 3);
     }
 
     // Only flag paths here: the environment is process-wide and tests run in
@@ -547,7 +1010,7 @@ mod tests {
     fn every_option_is_read_and_named_by_its_flag() {
         for opt in &OPTIONS {
             let bad = match opt.id {
-                "drain_file" | "termination_log" => "",
+                "drain_file" | "termination_log" | "ready_file" => "",
                 "rewrite" | "remap_exit" => "x",
                 "backoff_exit_codes" => "0",
                 "finish" => "/nonexistent",
@@ -647,5 +1110,62 @@ mod tests {
         assert_eq!(c.rewrite.apply(libc::SIGHUP), Some(libc::SIGINT));
         assert_eq!(c.rewrite.apply(libc::SIGUSR1), None);
         assert_eq!(c.backoff.codes, vec![3, 75]);
+    }
+
+    // Fuzzing (issue 26): see scripts/fuzz.
+    mod fuzz {
+        use super::super::*;
+        use proptest::prelude::*;
+
+        fn directive() -> impl Strategy<Value = String> {
+            let level = prop_oneof![prop::sample::select(LEVELS.to_vec()).prop_map(String::from), "[a-zA-Z]{0,8}"];
+            let module = prop_oneof![Just(None), "(drainit|drainit::[a-z_]{1,8}|[a-z:]{0,10})".prop_map(Some)];
+            (module, level, " {0,1}").prop_map(|(m, l, pad)| match m {
+                Some(m) => format!("{pad}{m}{pad}={pad}{l}"),
+                None => format!("{pad}{l}{pad}"),
+            })
+        }
+
+        proptest! {
+            #[test]
+            fn fuzz_backoff_codes(texts in prop::collection::vec(prop_oneof![any::<String>(), "[ ]?(none|NONE|-?[0-9]{1,4})[ ]?"], 1..5)) {
+                if let Ok(codes) = backoff_codes(&texts) {
+                    prop_assert!(codes.iter().all(|c| *c > 0), "{texts:?}");
+                    prop_assert_eq!(codes.is_empty(), texts.len() == 1 && texts[0].trim().eq_ignore_ascii_case("none"));
+                }
+            }
+
+            /// Defect 6: env_logger must read every accepted directive as a
+            /// level, none as a module name (which makes its most verbose
+            /// level trace and logs nothing of drainit's).
+            #[test]
+            fn fuzz_an_accepted_log_filter_is_levels_only(
+                filter in prop_oneof![any::<String>(), prop::collection::vec(directive(), 1..4).prop_map(|d| d.join(","))],
+            ) {
+                let Ok(accepted) = log_filter(0, 0, Some(filter.clone())) else { return Ok(()) };
+                // As env_logger reads it: for each module (or none), the
+                // last directive wins.
+                let mut last: Vec<(Option<&str>, usize)> = Vec::new();
+                for d in accepted.split(',') {
+                    let (module, level) = d.split_once('=').map_or((None, d), |(m, l)| (Some(m), l));
+                    let level = LEVELS.iter().position(|k| *k == level).unwrap();
+                    last.retain(|(m, _)| *m != module);
+                    last.push((module, level));
+                }
+                let most = LEVELS[last.iter().map(|(_, l)| *l).max().unwrap()];
+                let logger = env_logger::Builder::new().parse_filters(&accepted).build();
+                prop_assert_eq!(logger.filter().to_string().to_ascii_lowercase(), most, "{:?} -> {:?}", filter, accepted);
+            }
+
+            #[test]
+            fn fuzz_bounded_keeps_lines_short(parts in prop::collection::vec(prop_oneof!["[^']{0,600}", Just("'".to_string())], 0..40)) {
+                let line = parts.concat();
+                let out = bounded(&line);
+                prop_assert!(out.len() <= LINE_SHOWN + 3);
+                if line.len() <= VALUE_SHOWN {
+                    prop_assert_eq!(out, line);
+                }
+            }
+        }
     }
 }

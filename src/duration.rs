@@ -91,4 +91,65 @@ mod tests {
             assert_eq!(parse(text), Ok(d), "{text}");
         }
     }
+
+    // Fuzzing (issue 26): `cargo test` runs PROPTEST_CASES of each (256 by
+    // default), scripts/fuzz many more.
+    mod fuzz {
+        use super::super::*;
+        use proptest::prelude::*;
+
+        const UNITS: [(&str, u64); 8] = [
+            ("", 1_000_000_000),
+            ("ns", 1),
+            ("us", 1000),
+            ("ms", 1_000_000),
+            ("s", 1_000_000_000),
+            ("m", 60_000_000_000),
+            ("h", 3_600_000_000_000),
+            ("d", 86_400_000_000_000),
+        ];
+
+        proptest! {
+            #[test]
+            fn fuzz_any_text_is_refused_or_within_a_year(text in any::<String>()) {
+                if let Ok(d) = parse(&text) {
+                    prop_assert!(d <= MAX, "{text:?}: {d:?}");
+                }
+            }
+
+            #[test]
+            fn fuzz_durationish_text(text in "[ 0-9.]{0,3}[0-9]{0,25}[.]?[0-9]{0,12}(ns|us|ms|s|m|h|d|w|y|sec|min)?[ 0-9a-z]{0,4}") {
+                if let Ok(d) = parse(&text) {
+                    prop_assert!(d <= MAX, "{text:?}: {d:?}");
+                }
+            }
+
+            #[test]
+            fn fuzz_number_and_unit(n in 0u64..=u64::MAX >> 20, unit in 0..UNITS.len(), pad in " {0,2}") {
+                let (suffix, nanos) = UNITS[unit];
+                let text = format!("{pad}{n}{suffix}{pad}");
+                let want = u128::from(n) * u128::from(nanos);
+                match parse(&text) {
+                    Ok(d) => prop_assert_eq!(d.as_nanos(), want, "{:?}", text),
+                    Err(_) => prop_assert!(want > MAX.as_nanos(), "{text:?} refused"),
+                }
+            }
+
+            #[test]
+            fn fuzz_bare_seconds_are_exact(secs in 0..=MAX.as_secs(), frac in "[0-9]{0,14}") {
+                let text = format!("{secs}.{frac}");
+                let nanos: u32 = format!("{frac:0<9}")[..9].parse().unwrap();
+                prop_assert_eq!(parse(&text), Ok(Duration::new(secs, nanos)));
+            }
+
+            #[test]
+            fn fuzz_show_reads_back(ms in 0..=MAX.as_millis() as u64, sub_ms in 0u32..1_000_000) {
+                let d = Duration::from_millis(ms);
+                prop_assert_eq!(parse(&show(d)), Ok(d), "{}", show(d));
+                // Below a millisecond, show rounds down.
+                let finer = d + Duration::from_nanos(u64::from(sub_ms));
+                prop_assert_eq!(parse(&show(finer)), Ok(d));
+            }
+        }
+    }
 }

@@ -120,4 +120,35 @@ mod tests {
             assert!(Remap::parse(bad.split(',')).is_err(), "{bad}");
         }
     }
+
+    // Fuzzing (issue 26): see scripts/fuzz.
+    mod fuzz {
+        use super::super::*;
+        use proptest::prelude::*;
+
+        proptest! {
+            #[test]
+            fn fuzz_any_remap_list_is_refused_or_maps_within_0_to_255(
+                list in prop::collection::vec(prop_oneof![any::<String>(), "[ ]?-?[0-9]{1,4}[ ]?:[ ]?-?[0-9]{1,4}(:[0-9])?"], 0..5),
+            ) {
+                if let Ok(remap) = Remap::parse(list.iter().map(String::as_str)) {
+                    for code in -1..=300 {
+                        if let Some(to) = remap.apply(Code(code)) {
+                            prop_assert!((0..=255).contains(&code) && (0..=255).contains(&to.0), "{list:?}");
+                        }
+                    }
+                }
+            }
+
+            #[test]
+            fn fuzz_a_remap_table_does_what_it_says(pairs in prop::collection::btree_map(any::<u8>(), any::<u8>(), 0..8)) {
+                let texts: Vec<String> = pairs.iter().map(|(f, t)| format!("{f}:{t}")).collect();
+                let remap = Remap::parse(texts.iter().map(String::as_str)).unwrap();
+                for code in 0..=255u8 {
+                    let want = pairs.get(&code).map(|to| Code(i32::from(*to)));
+                    prop_assert_eq!(remap.apply(Code(i32::from(code))), want);
+                }
+            }
+        }
+    }
 }

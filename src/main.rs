@@ -91,6 +91,9 @@ fn run(args: Vec<OsString>) -> ! {
         Err(invalid) => fail(Code::CONFIG, invalid),
     };
     logging::init_logger(&config.log_filter);
+    for (name, nearest) in &config.unknown_vars {
+        log::warn!("event=unknown_variable name={name} nearest={nearest}");
+    }
     // From here on the worker may start: a setup error is a line and an
     // exit code, never a panic.
     let mode = reap::setup(me);

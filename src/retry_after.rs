@@ -181,3 +181,30 @@ fn read_small(path: &Path) -> Result<Option<String>, String> {
     }
     Ok(Some(String::from_utf8_lossy(&buf[..len]).into_owned()))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    // Fuzzing (issue 26): the file's content is the worker's, untrusted;
+    // see scripts/fuzz.
+    proptest! {
+        #[test]
+        fn fuzz_any_content_is_a_bounded_delay_or_none(content in prop_oneof![
+            prop::collection::vec(any::<u8>(), 0..80),
+            "[ \n]{0,2}[0-9]{0,20}[.]?[0-9]{0,9}(ms|s|m|h|d|y)?[ \n]{0,2}".prop_map(String::into_bytes),
+        ]) {
+            let dir = std::env::temp_dir().join(format!("drainit-fuzz-retry-{}", std::process::id()));
+            fs::create_dir_all(&dir).unwrap();
+            let path = dir.join(format!("{:?}", std::thread::current().id()).replace(|c: char| !c.is_alphanumeric(), ""));
+            fs::write(&path, &content).unwrap();
+            let file = RetryAfter { path: Some(path.clone()), dir: None };
+            let taken = file.take();
+            prop_assert!(!path.exists(), "the file is removed once read");
+            if let Some(delay) = taken {
+                prop_assert!(content.len() <= LIMIT && delay <= Duration::from_secs(365 * 24 * 3600), "{content:?}");
+            }
+        }
+    }
+}

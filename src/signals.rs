@@ -311,4 +311,73 @@ mod tests {
             assert!(Rewrite::parse(bad.split(',')).is_err(), "{bad}");
         }
     }
+
+    // Fuzzing (issue 26): see scripts/fuzz.
+    mod fuzz {
+        use super::super::*;
+        use proptest::prelude::*;
+
+        /// A signal drainit can send (or 0, where allowed).
+        fn sendable(sig: Signo) -> bool {
+            Signal::try_from(sig).is_ok() || (sys::SIGRTMIN..=sys::SIGRTMAX).contains(&sig)
+        }
+
+        fn signal_text() -> impl Strategy<Value = String> {
+            prop_oneof![
+                any::<String>(),
+                "(SIG|sig)?(RTMIN|RTMAX|rtmin|TERM|HUP|KILL|STOP|CHLD)?[+-]?[0-9]{0,12}",
+                "[ ]?-?[0-9]{1,12}[ ]?",
+            ]
+        }
+
+        fn list_text() -> impl Strategy<Value = Vec<String>> {
+            prop::collection::vec(
+                prop_oneof![any::<String>(), (signal_text(), signal_text()).prop_map(|(a, b)| format!("{a}:{b}"))],
+                0..5,
+            )
+        }
+
+        proptest! {
+            #[test]
+            fn fuzz_a_parsed_signal_exists(text in signal_text(), zero in any::<bool>()) {
+                if let Ok(sig) = parse(&text, zero) {
+                    prop_assert!(sendable(sig) || zero && sig == 0, "{text:?}: {sig}");
+                }
+            }
+
+            #[test]
+            fn fuzz_names_round_trip(sig in 1..=sys::SIGRTMAX, sig_prefix in any::<bool>(), lower in any::<bool>()) {
+                prop_assume!(sendable(sig));
+                let name = name(sig);
+                let name = if sig_prefix { name } else { name["SIG".len()..].to_string() };
+                let name = if lower { name.to_ascii_lowercase() } else { name };
+                prop_assert_eq!(parse(&name, false), Ok(sig), "{}", name);
+            }
+
+            #[test]
+            fn fuzz_a_parsed_rewrite_forwards_only_real_signals(list in list_text()) {
+                if let Ok(table) = Rewrite::parse(list.iter().map(String::as_str)) {
+                    for sig in -2..=sys::SIGRTMAX + 2 {
+                        if let Some(to) = table.apply(sig) {
+                            prop_assert!(to == sig || sendable(to), "{list:?}: {sig} -> {to}");
+                        }
+                    }
+                }
+            }
+
+            #[test]
+            fn fuzz_a_rewrite_table_does_what_it_says(pairs in prop::collection::btree_map(1..=sys::SIGRTMAX, 0..=sys::SIGRTMAX, 0..8)) {
+                let pairs: Vec<(Signo, Signo)> = pairs
+                    .into_iter()
+                    .filter(|(from, to)| sendable(*from) && (*to == 0 || sendable(*to)))
+                    .filter(|(from, _)| !matches!(*from, SIGKILL | SIGCHLD | libc::SIGSTOP))
+                    .collect();
+                let texts: Vec<String> = pairs.iter().map(|(f, t)| format!("{}:{}", name(*f), if *t == 0 { "0".into() } else { name(*t) })).collect();
+                let table = Rewrite::parse(texts.iter().map(String::as_str)).unwrap();
+                for (from, to) in pairs {
+                    prop_assert_eq!(table.apply(from), (to != 0).then_some(to));
+                }
+            }
+        }
+    }
 }
