@@ -72,6 +72,12 @@ impl Custody {
         self.children_left = true;
     }
 
+    /// The leader of the current process group (the worker, or the
+    /// finish program), while it has not been reaped.
+    pub fn leader(&self) -> Option<i32> {
+        self.group.filter(|_| !self.leader_reaped)
+    }
+
     pub fn sigchld(&mut self) {
         self.reap = true;
     }

@@ -46,8 +46,9 @@ use custody::Custody;
 use event_loop::{Executor, Sources};
 use events::Event;
 use exit::Code;
-use files::DrainFile;
-use retry_after::RetryAfter;
+use files::{DrainFile, SafeFile};
+use notify::{NotifySocket, Outer, Senders};
+use retry_after::{PrivateDir, RetryAfter};
 use spawn::{Program, Spawner};
 use supervisor::{Settings, Supervisor};
 
@@ -106,23 +107,38 @@ fn run(args: Vec<OsString>) -> ! {
             exit(Code::CONFIG)
         }
     };
-    let retry_after = RetryAfter::new();
+    let notifying = config.watchdog.is_some() || config.ready_timeout.is_some() || config.ready_file.is_some();
+    let private = private_dir(RetryAfter::wants_dir() || notifying);
+    let retry_after = RetryAfter::new(private.as_ref());
     if let Some(path) = retry_after.path() {
         // The worker finds the path in the environment it inherits.
         sys::set_env(retry_after::VAR, path.as_os_str());
     }
+    let (notify, outer) = if notifying { readiness(&config, private.as_ref()) } else { (None, None) };
     let drain_file = config.drain_file.clone().map(DrainFile::new);
     if let Some(file) = &drain_file {
         file.remove_stale();
+    }
+    let ready_file = config.ready_file.clone().map(|path| SafeFile::new("ready_file", path));
+    if let Some(file) = &ready_file {
+        file.remove("stale: ");
     }
     // /proc is our namespace's when it numbers us as getpid does: otherwise
     // (`unshare --pid` without `--mount-proc`) pids read there would name
     // other processes, and drainit must not signal them.
     let proc_self = own.map(|o| o.pid).filter(|pid| *pid == me);
     let termination_log = config.termination_log.clone();
-    let mut supervisor = Supervisor::new(settings(config, finish.is_some()), seed(me));
+    let senders = match mode {
+        reap::Mode::Pid1 => Senders::Namespace,
+        _ => Senders::Descendants { me, proc_is_ours: proc_self.is_some() },
+    };
+    let watchdog_pid = notify.is_some() && config.watchdog.is_some();
+    let mut supervisor = Supervisor::new(settings(config, finish.is_some(), outer.is_some()), seed(me));
     let mut exec = Executor {
-        spawner: Spawner::new(take_tty),
+        spawner: Spawner::new(take_tty, watchdog_pid),
+        private,
+        ready_file,
+        outer,
         worker,
         finish,
         retry_after,
@@ -131,7 +147,7 @@ fn run(args: Vec<OsString>) -> ! {
         custody: Custody::new(mode, proc_self.is_some()),
         proc_self,
     };
-    let mut sources = Sources { signals };
+    let mut sources = Sources { signals, notify, senders, rejected: 0 };
     let code = event_loop::run(&mut supervisor, &mut exec, &mut sources);
     // drainit exits next: the kernel releases the signalfd, the child's
     // stack and the heap in one go, faster than dropping them one by one.
@@ -145,8 +161,42 @@ fn programs(config: &Config) -> Result<(Program, Option<Program>), String> {
     Ok((worker, finish))
 }
 
+/// drainit's private directory, when something needs it; where none can be
+/// made, one warning, and the variables that need it are not set.
+fn private_dir(wanted: bool) -> Option<PrivateDir> {
+    if !wanted {
+        return None;
+    }
+    PrivateDir::create().map_err(|error| Event::RetryAfterUnavailable { error }.emit()).ok()
+}
+
+/// The notify socket the worker is told of, systemd's variables, and the
+/// outer socket drainit keeps for itself when it was given one.
+fn readiness(config: &Config, private: Option<&PrivateDir>) -> (Option<NotifySocket>, Option<Outer>) {
+    let outer = Outer::from_env();
+    for var in ["WATCHDOG_USEC", "WATCHDOG_PID"] {
+        sys::unset_env(var);
+    }
+    let Some(dir) = private else { return (None, outer) };
+    let path = dir.path().join(retry_after::NOTIFY_NAME);
+    let socket = match NotifySocket::bind(&path) {
+        Ok(socket) => socket,
+        Err(e) => {
+            Event::Failed { what: "notify_socket", error: e.desc().to_string() }.emit();
+            return (None, outer);
+        }
+    };
+    sys::set_env("NOTIFY_SOCKET", path.as_os_str());
+    if let Some(interval) = config.watchdog {
+        sys::set_env("WATCHDOG_USEC", interval.as_micros().to_string().as_ref());
+        // Its value is the worker's own pid, written in the child.
+        sys::set_env("WATCHDOG_PID", sys::WATCHDOG_PID_SLOT.as_ref());
+    }
+    (Some(socket), outer)
+}
+
 /// What the lifecycle needs of the configuration.
-fn settings(config: Config, finish: bool) -> Settings {
+fn settings(config: Config, finish: bool, outer: bool) -> Settings {
     Settings {
         grace: config.grace,
         orchestrator_timeout: config.orchestrator_timeout,
@@ -155,10 +205,10 @@ fn settings(config: Config, finish: bool) -> Settings {
         stop_delay: config.stop_delay,
         finish_timeout: finish.then_some(config.finish_timeout),
         remap: config.remap,
-        watchdog: None,
-        ready_timeout: None,
-        watchdog_signal: signals::SIGTERM,
-        outer: false,
+        watchdog: config.watchdog,
+        ready_timeout: config.ready_timeout,
+        watchdog_signal: config.watchdog_signal,
+        outer,
     }
 }
 

@@ -12,9 +12,6 @@
 //! those it has no use for, and a sender's `BARRIER=1` waits for exactly that
 //! close (the last copy of a pipe's write end gone: POLLHUP on its read end).
 
-// The event loop does not use these yet (issue 27 wires them in).
-#![allow(dead_code)]
-
 use std::ffi::{CStr, OsStr};
 use std::io::IoSliceMut;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
@@ -182,6 +179,7 @@ pub struct Message<'a> {
     /// namespace (0: the sender is outside it); None without credentials.
     pub pid: Option<i32>,
     /// How many descriptors came with it (all closed).
+    #[allow(dead_code, reason = "read by the tests; the loop only closes them")]
     pub fds: usize,
     /// Its assignments, or why it is dropped. The sender is not checked
     /// here: see `check_sender`.

@@ -34,6 +34,11 @@ pub const VAR: &str = "DRAINIT_RETRY_AFTER_FILE";
 /// At most this many bytes are read: a duration is short.
 const LIMIT: usize = 64;
 
+/// The names drainit itself puts in its private directory.
+pub const RETRY_AFTER_NAME: &str = "retry-after";
+pub const NOTIFY_NAME: &str = "notify";
+const OWN_NAMES: [&str; 2] = [RETRY_AFTER_NAME, NOTIFY_NAME];
+
 /// drainit's private directory: made once, removed at exit.
 #[derive(Debug)]
 pub struct PrivateDir(PathBuf);
@@ -62,11 +67,18 @@ impl PrivateDir {
         &self.0
     }
 
-    /// Remove it and whatever is left in it (usually nothing). The worker
-    /// may have left more; remove_dir_all never follows a link out of it.
+    /// Remove it and the names drainit put in it. Work whose size the
+    /// worker chooses never runs at exit (it would push drainit's exit past
+    /// the orchestrator's SIGKILL): what else the worker left there makes
+    /// one warning, and the directory stays (a container's /dev/shm goes
+    /// with the container).
     pub fn remove(self) {
-        if fs::remove_dir(&self.0).is_err() {
-            let _ = fs::remove_dir_all(&self.0);
+        for name in OWN_NAMES {
+            let _ = fs::remove_file(self.0.join(name));
+        }
+        if let Err(e) = fs::remove_dir(&self.0) {
+            let error = format!("left in place: {e}");
+            Event::FileSkipped { what: "private_dir", path: self.0.display().to_string(), error }.emit();
         }
     }
 }
@@ -74,28 +86,32 @@ impl PrivateDir {
 pub struct RetryAfter {
     /// None: no directory could be made, and the worker is told of no file.
     path: Option<PathBuf>,
-    /// The directory drainit made for it, removed at exit.
-    dir: Option<PrivateDir>,
+    /// The file lies in drainit's private directory, new this run.
+    private: bool,
 }
 
 impl RetryAfter {
-    /// `$DRAINIT_RETRY_AFTER_FILE` if set, else a file in a new private
-    /// directory ([`PrivateDir::create`]); where none can be made, one
-    /// warning, no file, and the variable (an empty one inherited) removed.
-    pub fn new() -> RetryAfter {
+    /// `$DRAINIT_RETRY_AFTER_FILE` if set, else a file in drainit's private
+    /// directory; with neither, no file, and the variable (an empty one
+    /// inherited) removed.
+    pub fn new(dir: Option<&PrivateDir>) -> RetryAfter {
         if let Some(path) = std::env::var_os(VAR).filter(|p| !p.is_empty()) {
-            return RetryAfter { path: Some(PathBuf::from(path)), dir: None };
+            return RetryAfter { path: Some(PathBuf::from(path)), private: false };
         }
-        match PrivateDir::create() {
-            Ok(dir) => RetryAfter { path: Some(dir.path().join("retry-after")), dir: Some(dir) },
-            Err(error) => {
-                Event::RetryAfterUnavailable { error }.emit();
+        match dir {
+            Some(dir) => RetryAfter { path: Some(dir.path().join(RETRY_AFTER_NAME)), private: true },
+            None => {
                 if std::env::var_os(VAR).is_some() {
                     crate::sys::unset_env(VAR);
                 }
-                RetryAfter { path: None, dir: None }
+                RetryAfter { path: None, private: false }
             }
         }
+    }
+
+    /// Whether it needs the private directory.
+    pub fn wants_dir() -> bool {
+        std::env::var_os(VAR).is_none_or(|p| p.is_empty())
     }
 
     /// The path the worker is told, if any.
@@ -114,17 +130,8 @@ impl RetryAfter {
     /// Clear before attempt `attempt`: a fresh private directory is empty
     /// before the first.
     pub fn clear_before(&self, attempt: u32) {
-        if attempt > 1 || self.dir.is_none() {
+        if attempt > 1 || !self.private {
             self.clear();
-        }
-    }
-
-    /// Remove drainit's own directory: once a stop makes a restart
-    /// impossible, else at exit. Usually empty (drainit removes the file
-    /// once read).
-    pub fn remove_dir(&mut self) {
-        if let Some(dir) = self.dir.take() {
-            dir.remove();
         }
     }
 

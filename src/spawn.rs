@@ -82,11 +82,13 @@ impl Program {
 pub struct Spawner {
     stack: Option<ChildStack>,
     take_tty: bool,
+    /// Write the child's pid into WATCHDOG_PID.
+    watchdog_pid: bool,
 }
 
 impl Spawner {
-    pub fn new(take_tty: bool) -> Spawner {
-        Spawner { stack: None, take_tty }
+    pub fn new(take_tty: bool, watchdog_pid: bool) -> Spawner {
+        Spawner { stack: None, take_tty, watchdog_pid }
     }
 
     /// Start `program`; returns its pid (= its pgid). Variables it should
@@ -102,8 +104,8 @@ impl Spawner {
                 self.stack.insert(ChildStack::new(argc).map_err(|errno| SpawnError::Setup { what: "stack", errno })?)
             }
         };
-        let take_tty = self.take_tty;
-        let spawned = sys::spawn(stack, &program.exec, || child_setup(take_tty))
+        let (take_tty, watchdog_pid) = (self.take_tty, self.watchdog_pid);
+        let spawned = sys::spawn(stack, &program.exec, || child_setup(take_tty, watchdog_pid))
             .map_err(|errno| SpawnError::Setup { what: "fork", errno })?;
         match spawned.exec_error {
             None => Ok(spawned.pid.as_raw()),
@@ -118,7 +120,10 @@ impl Spawner {
 }
 
 /// In the child, before exec: syscalls only (it shares drainit's memory).
-fn child_setup(take_tty: bool) {
+fn child_setup(take_tty: bool, watchdog_pid: bool) {
+    if watchdog_pid {
+        sys::fill_watchdog_pid();
+    }
     // Cannot fail: a fresh child is never a process group leader.
     let _ = setsid();
     if take_tty {

@@ -352,6 +352,58 @@ pub fn unset_env(key: &str) {
     unsafe { std::env::remove_var(key) };
 }
 
+/// What `WATCHDOG_PID` holds in drainit's environment: room for any pid,
+/// which the child writes over with its own (`fill_watchdog_pid`).
+pub const WATCHDOG_PID_SLOT: &str = "0000000000";
+
+/// In the child of `spawn`, before exec: write the child's own pid into
+/// the environment's `WATCHDOG_PID=` entry, in place. Allocates nothing
+/// (the child shares drainit's memory); systemd's libraries compare the
+/// variable with their own pid.
+pub fn fill_watchdog_pid() {
+    const KEY: &[u8] = b"WATCHDOG_PID=";
+    unsafe extern "C" {
+        static environ: *const *mut libc::c_char;
+    }
+    let mut pid = nix::unistd::getpid().as_raw().unsigned_abs();
+    let mut digits = [0u8; 10];
+    let mut n = 0;
+    loop {
+        digits[n] = b'0' + (pid % 10) as u8;
+        n += 1;
+        pid /= 10;
+        if pid == 0 || n == digits.len() {
+            break;
+        }
+    }
+    // SAFETY: environ is libc's, a null-terminated array of pointers to
+    // NUL-terminated "NAME=VALUE" strings; drainit has one thread, and the
+    // parent sleeps (CLONE_VFORK) while this child reads it.
+    let mut entry = unsafe { environ };
+    while !entry.is_null() {
+        // SAFETY: entry points into the array, before or at its null end.
+        let var = unsafe { *entry };
+        if var.is_null() {
+            return;
+        }
+        // SAFETY: var is a NUL-terminated string of the environment.
+        let bytes = unsafe { std::ffi::CStr::from_ptr(var) }.to_bytes();
+        if bytes.len() == KEY.len() + WATCHDOG_PID_SLOT.len() && bytes.starts_with(KEY) {
+            let value = var.cast::<u8>().wrapping_add(KEY.len());
+            for (i, digit) in digits[..n].iter().rev().enumerate() {
+                // SAFETY: the value's bytes are the slot's, writable (setenv
+                // copied them to the heap), and n <= the slot's length.
+                unsafe { *value.add(i) = *digit };
+            }
+            // SAFETY: as above: within the slot, which ends in its NUL.
+            unsafe { *value.add(n) = 0 };
+            return;
+        }
+        // SAFETY: the array goes on until its null entry, not yet reached.
+        entry = unsafe { entry.add(1) };
+    }
+}
+
 /// _exit(2): end the process now, without libc's exit work: atexit
 /// handlers, shared objects' destructors (glibc's _dl_fini), stdio flushing.
 /// drainit registers none of those and writes its lines straight to the fds;

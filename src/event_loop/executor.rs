@@ -8,12 +8,13 @@ use nix::unistd::Pid;
 use crate::custody::{Custody, GroupTarget, Walk};
 use crate::events::Event;
 use crate::exit::Code;
-use crate::files::{self, DrainFile};
+use crate::files::{self, DrainFile, SafeFile};
+use crate::notify::Outer;
 use crate::procs;
-use crate::retry_after::RetryAfter;
+use crate::retry_after::{PrivateDir, RetryAfter};
 use crate::signals::{SIGKILL, Signo};
 use crate::spawn::{Program, Spawner};
-use crate::supervisor::{Action, Input};
+use crate::supervisor::{Action, Input, Tell};
 use crate::sys;
 
 /// Walks of /proc for one deadline SIGKILL as subreaper, at most.
@@ -35,7 +36,12 @@ pub struct Executor {
     pub worker: Program,
     pub finish: Option<Program>,
     pub retry_after: RetryAfter,
+    /// Removed at exit.
+    pub private: Option<PrivateDir>,
     pub drain_file: Option<DrainFile>,
+    pub ready_file: Option<SafeFile>,
+    /// The notify socket drainit was given itself (Podman, systemd).
+    pub outer: Option<Outer>,
     pub termination_log: Option<PathBuf>,
     pub custody: Custody,
     /// Our pid as /proc names it, when /proc belongs to our PID namespace.
@@ -72,7 +78,30 @@ impl Executor {
                 }
                 Done::Nothing
             }
-            Action::CreateReadyFile | Action::RemoveReadyFile | Action::Tell(_) => Done::Nothing,
+            Action::CreateReadyFile => {
+                if let Some(file) = &self.ready_file {
+                    file.create();
+                }
+                Done::Nothing
+            }
+            Action::RemoveReadyFile => {
+                if let Some(file) = &self.ready_file {
+                    file.remove("");
+                }
+                Done::Nothing
+            }
+            Action::Tell(tell) => {
+                if let Some(outer) = &self.outer {
+                    match tell {
+                        Tell::Ready => outer.send("READY=1"),
+                        Tell::Reloading => outer.send("RELOADING=1"),
+                        Tell::Stopping => outer.send("STOPPING=1"),
+                        Tell::Watchdog => outer.send("WATCHDOG=1"),
+                        Tell::Status(text) => outer.send(&format!("STATUS={text}")),
+                    }
+                }
+                Done::Nothing
+            }
             Action::Log(event) => {
                 event.emit();
                 Done::Nothing
@@ -81,7 +110,12 @@ impl Executor {
                 if let Some(path) = &self.termination_log {
                     files::write_termination_log(path, &record);
                 }
-                self.retry_after.remove_dir();
+                if let Some(file) = &self.ready_file {
+                    file.remove("");
+                }
+                if let Some(dir) = self.private.take() {
+                    dir.remove();
+                }
                 Done::Exit(record.code())
             }
         }

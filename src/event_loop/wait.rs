@@ -6,7 +6,7 @@
 //! reaped child, the end of the reaping round. A bounded batch of each, so
 //! that senders that never stop cannot keep the loop from the deadline.
 
-use std::os::fd::BorrowedFd;
+use std::os::fd::{AsFd, BorrowedFd};
 use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
@@ -17,9 +17,10 @@ use crate::custody::Custody;
 use crate::events::Event;
 use crate::exit::Outcome;
 use crate::logging;
+use crate::notify::{self, Assignment, NotifySocket, Reject, Senders};
 use crate::reap::{self, Left};
 use crate::signals::{SIGCHLD, SignalSource, Signo};
-use crate::supervisor::Input;
+use crate::supervisor::{Input, Note};
 
 const SIGNALS_PER_TURN: usize = 64;
 const REAPED_PER_TURN: usize = 1024;
@@ -29,7 +30,11 @@ const REAPED_PER_TURN: usize = 1024;
 pub struct Ready {
     /// stderr can take more of the waiting log lines (or failed).
     pub stderr: bool,
+    /// Notify messages wait.
+    pub notify: bool,
 }
+
+const NOTES_PER_TURN: usize = 1024;
 
 /// The kernel, as the event loop meets it: a wait, the pending signals, the
 /// exited children. A trait so that a test can inject the errors the real
@@ -39,24 +44,50 @@ pub trait Os {
     fn wait(&mut self, timeout: Option<Duration>, stderr: Option<BorrowedFd<'_>>) -> nix::Result<Ready>;
     fn signals(&mut self, max: usize, each: &mut dyn FnMut(Signo)) -> nix::Result<()>;
     fn reap(&mut self, max: usize, each: &mut dyn FnMut(i32, Outcome)) -> Left;
+    /// The waiting notify messages, from processes drainit answers for
+    /// (`worker`: the current group's leader), as inputs.
+    fn notes(&mut self, worker: Option<i32>, max: usize, each: &mut dyn FnMut(Input));
 }
 
 /// What drainit listens to.
 pub struct Sources {
     pub signals: SignalSource,
+    /// The worker's notify socket, with the readiness options.
+    pub notify: Option<NotifySocket>,
+    pub senders: Senders,
+    /// Messages dropped so far: the first is a warning, the rest debug.
+    pub rejected: u64,
 }
 
 impl Os for Sources {
     fn wait(&mut self, timeout: Option<Duration>, stderr: Option<BorrowedFd<'_>>) -> nix::Result<Ready> {
-        let Some(stderr) = stderr else {
+        let notify = self.notify.as_ref().map(|n| n.as_fd());
+        if stderr.is_none() && notify.is_none() {
             // Signals alone: the first take is the wait.
             self.signals.wait(timeout);
             return Ok(Ready::default());
+        }
+        let ready = |r: Option<PollFlags>| r.is_some_and(|r| !r.is_empty());
+        let timeout = timeout.map(TimeSpec::from);
+        let sig = self.signals.poll_fd();
+        let (polled, signals, ready) = match (stderr, notify) {
+            (Some(e), Some(n)) => {
+                let mut fds = [sig, PollFd::new(e, PollFlags::POLLOUT), PollFd::new(n, PollFlags::POLLIN)];
+                let polled = ppoll(&mut fds, timeout, None);
+                (polled, fds[0].revents(), Ready { stderr: ready(fds[1].revents()), notify: ready(fds[2].revents()) })
+            }
+            (Some(e), None) => {
+                let mut fds = [sig, PollFd::new(e, PollFlags::POLLOUT)];
+                let polled = ppoll(&mut fds, timeout, None);
+                (polled, fds[0].revents(), Ready { stderr: ready(fds[1].revents()), notify: false })
+            }
+            (None, Some(n)) => {
+                let mut fds = [sig, PollFd::new(n, PollFlags::POLLIN)];
+                let polled = ppoll(&mut fds, timeout, None);
+                (polled, fds[0].revents(), Ready { stderr: false, notify: ready(fds[1].revents()) })
+            }
+            (None, None) => return Ok(Ready::default()),
         };
-        let mut fds = [self.signals.poll_fd(), PollFd::new(stderr, PollFlags::POLLOUT)];
-        let polled = ppoll(&mut fds, timeout.map(TimeSpec::from), None);
-        let (signals, stderr) = (fds[0].revents(), fds[1].revents());
-        let ready = Ready { stderr: stderr.is_some_and(|r| !r.is_empty()) };
         match polled {
             Ok(_) => self.signals.polled(signals),
             Err(e) => {
@@ -76,6 +107,43 @@ impl Os for Sources {
     fn reap(&mut self, max: usize, each: &mut dyn FnMut(i32, Outcome)) -> Left {
         reap::reap_pending(max, each)
     }
+
+    fn notes(&mut self, worker: Option<i32>, max: usize, each: &mut dyn FnMut(Input)) {
+        let Some(socket) = &mut self.notify else { return };
+        let (senders, rejected) = (self.senders, &mut self.rejected);
+        let read = socket.drain(max, |message| {
+            let checked = message
+                .pid
+                .ok_or(Reject::NoCredentials)
+                .and_then(|pid| notify::check_sender(senders, worker, pid))
+                .and(message.body);
+            match checked {
+                Ok(assignments) => assignments.filter_map(note).for_each(|n| each(Input::Notify(n))),
+                Err(why) => {
+                    Event::NotifyRejected { pid: message.pid, reason: why.reason(), first: *rejected == 0 }.emit();
+                    *rejected += 1;
+                }
+            }
+        });
+        if let Err(e) = read {
+            Event::LoopError { what: "recvmsg", error: e.desc().to_string() }.emit();
+        }
+    }
+}
+
+/// What an assignment says to the supervisor, if anything.
+fn note(assignment: Assignment<'_>) -> Option<Note> {
+    Some(match assignment {
+        Assignment::Ready => Note::Ready,
+        Assignment::Reloading => Note::Reloading,
+        Assignment::Stopping => Note::Stopping,
+        Assignment::Watchdog => Note::Ping,
+        Assignment::WatchdogTrigger => Note::Trigger,
+        Assignment::WatchdogUsec(n) => Note::Interval(Duration::from_micros(n)),
+        Assignment::ExtendTimeoutUsec(n) => Note::Extend(Duration::from_micros(n)),
+        Assignment::Status(text) => Note::Status(text.to_string()),
+        Assignment::Barrier | Assignment::Other => return None,
+    })
 }
 
 /// What one turn gathers besides its signals, in the supervisor's order.
@@ -89,6 +157,8 @@ pub struct Gather {
     before: u32,
     /// The signal take failed this turn.
     take_failed: Option<Errno>,
+    /// The wait found notify messages.
+    notify: bool,
 }
 
 impl Gather {
@@ -102,8 +172,12 @@ impl Gather {
             deadline.map(|at| at.saturating_duration_since(Instant::now()))
         };
         match os.wait(timeout, logging::waiting_fd()) {
-            Ok(ready) if ready.stderr => logging::flush(),
-            Ok(_) => {}
+            Ok(ready) => {
+                if ready.stderr {
+                    logging::flush();
+                }
+                self.notify = ready.notify;
+            }
             Err(e) => self.loop_error("ppoll", e, custody),
         }
     }
@@ -120,6 +194,16 @@ impl Gather {
             }
         });
         self.take_failed = read.err();
+    }
+
+    /// The notify messages waiting, after the signals and before the
+    /// reaped children: a ping read in the turn its watchdog comes due
+    /// is seen first.
+    pub fn notes<O: Os>(&mut self, os: &mut O, custody: &Custody) {
+        if std::mem::take(&mut self.notify) {
+            let inputs = &mut self.inputs;
+            os.notes(custody.leader(), NOTES_PER_TURN, &mut |input| inputs.push(input));
+        }
     }
 
     /// The rest of the turn, after its signals: a bounded batch of reaped
@@ -185,6 +269,8 @@ mod tests {
             self.exited.drain(..).for_each(|(pid, o)| each(pid, o));
             Left::Running
         }
+
+        fn notes(&mut self, _: Option<i32>, _: usize, _: &mut dyn FnMut(Input)) {}
     }
 
     fn os(wait: Option<Errno>, read: Option<Errno>) -> Failing {
