@@ -3,8 +3,7 @@
 //! its argument checks, and `drainit --probe` across the states of the ready
 //! and drain files. At the end, the client-library tests (Python's sdnotify,
 //! Rust's sd-notify crate, `drainit --notify` itself) against drainit's own
-//! notify socket: ignored until the event loop serves it (issue 27); run
-//! them with `cargo test --test notify_tool -- --ignored`.
+//! notify socket.
 
 mod kit;
 use kit::*;
@@ -304,8 +303,7 @@ fn a_tool_name_elsewhere_is_the_command_line() {
     assert_eq!(code, Some(3), "{stderr}");
 }
 
-// The client libraries against drainit's own notify socket. They need the
-// event loop to serve it (issue 27): ignored until then.
+// The client libraries against drainit's own notify socket.
 
 /// The worker's readiness, sent by `script` (a shell command line), reaches
 /// drainit: the ready file appears, `ready` is logged, and the last
@@ -326,7 +324,6 @@ fn ready_through(mode: Mode, tag: &str, worker: &[&str], status: &str) {
 }
 
 #[test]
-#[ignore = "needs drainit's notify socket served by the event loop (issue 27)"]
 fn python_sdnotify_makes_the_worker_ready() {
     let script = "import sdnotify, time\nn = sdnotify.SystemdNotifier()\nn.notify('STATUS=warm')\nn.notify('READY=1')\ntime.sleep(60)";
     for mode in MODES {
@@ -335,7 +332,6 @@ fn python_sdnotify_makes_the_worker_ready() {
 }
 
 #[test]
-#[ignore = "needs drainit's notify socket served by the event loop (issue 27)"]
 fn drainit_notify_makes_the_worker_ready() {
     let script = format!("'{BIN}' --notify STATUS=in_flight=3 READY=1 && exec sleep 60");
     for mode in MODES {
@@ -348,7 +344,6 @@ fn drainit_notify_makes_the_worker_ready() {
 /// the interval the crate reads from WATCHDOG_USEC/WATCHDOG_PID, then a
 /// clean exit: no `watchdog_expired`, code 0.
 #[test]
-#[ignore = "needs drainit's notify socket served by the event loop (issue 27)"]
 fn rust_sd_notify_crate_keeps_the_watchdog_fed() {
     let me = std::env::current_exe().unwrap();
     for mode in MODES {
