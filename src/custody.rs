@@ -13,11 +13,11 @@
 //! drainit has a child (every process drainit answers for outside the group
 //! is a descendant, and a live descendant means a live child).
 
-use crate::reap::{Left, Mode};
+use crate::reap::{Left, Role};
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct Custody {
-    mode: Mode,
+    mode: Role,
     /// /proc is our PID namespace's: pids read there name our processes.
     proc_is_ours: bool,
     /// The current (or last) process group drainit started.
@@ -61,7 +61,7 @@ pub enum Walk {
 }
 
 impl Custody {
-    pub fn new(mode: Mode, proc_is_ours: bool) -> Custody {
+    pub fn new(mode: Role, proc_is_ours: bool) -> Custody {
         Custody { mode, proc_is_ours, group: None, leader_reaped: false, children_left: true, reap: false }
     }
 
@@ -125,11 +125,11 @@ impl Custody {
     pub fn everyone(&self, count: bool) -> Everyone {
         let descendants = match (self.proc_is_ours && self.children_left, self.mode) {
             (false, _) => Walk::Skip,
-            (true, Mode::Pid1) if count => Walk::Count,
-            (true, Mode::Pid1) => Walk::Skip,
-            (true, Mode::Subreaper | Mode::Plain) => Walk::Each,
+            (true, Role::Pid1) if count => Walk::Count,
+            (true, Role::Pid1) => Walk::Skip,
+            (true, Role::Subreaper | Role::Plain) => Walk::Each,
         };
-        Everyone { group: self.group.filter(|_| !self.leader_reaped), namespace: self.mode == Mode::Pid1, descendants }
+        Everyone { group: self.group.filter(|_| !self.leader_reaped), namespace: self.mode == Role::Pid1, descendants }
     }
 }
 
@@ -141,7 +141,7 @@ mod tests {
 
     const G: i32 = 40;
 
-    fn custody(mode: Mode, proc_is_ours: bool) -> Custody {
+    fn custody(mode: Role, proc_is_ours: bool) -> Custody {
         let mut c = Custody::new(mode, proc_is_ours);
         c.started(G);
         c
@@ -151,13 +151,13 @@ mod tests {
     #[test]
     fn group_target_table() {
         for (mode, ours, reaped, left, want) in [
-            (Mode::Subreaper, true, false, Left::Running, Group(G)),
-            (Mode::Subreaper, false, false, Left::Running, Group(G)),
-            (Mode::Subreaper, true, true, Left::Running, Members(G)),
-            (Mode::Subreaper, true, true, Left::Nothing, Nobody),
-            (Mode::Subreaper, false, true, Left::Running, Nobody),
-            (Mode::Pid1, true, true, Left::Running, Members(G)),
-            (Mode::Pid1, true, false, Left::Nothing, Group(G)),
+            (Role::Subreaper, true, false, Left::Running, Group(G)),
+            (Role::Subreaper, false, false, Left::Running, Group(G)),
+            (Role::Subreaper, true, true, Left::Running, Members(G)),
+            (Role::Subreaper, true, true, Left::Nothing, Nobody),
+            (Role::Subreaper, false, true, Left::Running, Nobody),
+            (Role::Pid1, true, true, Left::Running, Members(G)),
+            (Role::Pid1, true, false, Left::Nothing, Group(G)),
         ] {
             let mut c = custody(mode, ours);
             if reaped {
@@ -166,23 +166,23 @@ mod tests {
             c.round_ended(reaped, left);
             assert_eq!(c.group_target(), want, "{mode:?} ours={ours} reaped={reaped} {left:?}");
         }
-        assert_eq!(Custody::new(Mode::Pid1, true).group_target(), Nobody, "before the first spawn");
+        assert_eq!(Custody::new(Role::Pid1, true).group_target(), Nobody, "before the first spawn");
     }
 
     /// (mode, /proc ours, leader reaped, children left, count) -> everyone.
     #[test]
     fn everyone_table() {
         for (mode, ours, reaped, left, count, group, namespace, walk) in [
-            (Mode::Pid1, true, false, Left::Running, true, Some(G), true, Count),
-            (Mode::Pid1, true, false, Left::Running, false, Some(G), true, Skip),
-            (Mode::Pid1, true, true, Left::Running, true, None, true, Count),
-            (Mode::Pid1, true, true, Left::Nothing, true, None, true, Skip),
-            (Mode::Pid1, false, false, Left::Running, true, Some(G), true, Skip),
-            (Mode::Subreaper, true, false, Left::Running, false, Some(G), false, Each),
-            (Mode::Subreaper, true, true, Left::Running, true, None, false, Each),
-            (Mode::Subreaper, true, true, Left::Nothing, true, None, false, Skip),
-            (Mode::Subreaper, false, true, Left::Running, true, None, false, Skip),
-            (Mode::Plain, true, false, Left::Running, true, Some(G), false, Each),
+            (Role::Pid1, true, false, Left::Running, true, Some(G), true, Count),
+            (Role::Pid1, true, false, Left::Running, false, Some(G), true, Skip),
+            (Role::Pid1, true, true, Left::Running, true, None, true, Count),
+            (Role::Pid1, true, true, Left::Nothing, true, None, true, Skip),
+            (Role::Pid1, false, false, Left::Running, true, Some(G), true, Skip),
+            (Role::Subreaper, true, false, Left::Running, false, Some(G), false, Each),
+            (Role::Subreaper, true, true, Left::Running, true, None, false, Each),
+            (Role::Subreaper, true, true, Left::Nothing, true, None, false, Skip),
+            (Role::Subreaper, false, true, Left::Running, true, None, false, Skip),
+            (Role::Plain, true, false, Left::Running, true, Some(G), false, Each),
         ] {
             let mut c = custody(mode, ours);
             if reaped {
@@ -199,7 +199,7 @@ mod tests {
 
     #[test]
     fn a_new_group_is_exact_again() {
-        let mut c = custody(Mode::Subreaper, true);
+        let mut c = custody(Role::Subreaper, true);
         c.reaped(G);
         c.round_ended(true, Left::Nothing);
         c.started(G + 1);
@@ -209,7 +209,7 @@ mod tests {
 
     #[test]
     fn only_the_leader_makes_the_group_inexact() {
-        let mut c = custody(Mode::Subreaper, true);
+        let mut c = custody(Role::Subreaper, true);
         c.reaped(G + 7);
         assert_eq!(c.group_target(), Group(G));
     }
@@ -225,7 +225,7 @@ mod tests {
             (false, Left::Running, None, false),
             (true, Left::More, None, true),
         ] {
-            let mut c = custody(Mode::Pid1, true);
+            let mut c = custody(Role::Pid1, true);
             assert_eq!(c.round_ended(exited, left), told, "exited={exited} {left:?}");
             assert_eq!(c.reap_pending(), again);
             assert_eq!(c.take_reap(), again);
@@ -235,7 +235,7 @@ mod tests {
 
     #[test]
     fn sigchld_and_loop_errors_ask_for_a_round() {
-        let mut c = custody(Mode::Pid1, true);
+        let mut c = custody(Role::Pid1, true);
         assert!(!c.take_reap());
         c.sigchld();
         assert!(c.take_reap());

@@ -39,7 +39,7 @@ const LIMIT: usize = 64 * 1024;
 
 /// How drainit reaches stderr's destination.
 #[derive(Clone, Copy, Debug)]
-enum Path {
+enum Route {
     /// A description of its own, non-blocking, kept open for drainit's life.
     Own(RawFd),
     /// A pipe, FIFO or terminal, to reopen (`reopen`); plain writes till then.
@@ -53,14 +53,14 @@ enum Path {
 const STDERR: RawFd = 2;
 
 struct Sink {
-    path: Path,
+    path: Route,
     /// Lines not yet written, in order, from `start` on.
     pending: Vec<u8>,
     start: usize,
     dropped: u64,
 }
 
-static SINK: Mutex<Sink> = Mutex::new(Sink { path: Path::Direct, pending: Vec::new(), start: 0, dropped: 0 });
+static SINK: Mutex<Sink> = Mutex::new(Sink { path: Route::Direct, pending: Vec::new(), start: 0, dropped: 0 });
 
 fn sink() -> std::sync::MutexGuard<'static, Sink> {
     // drainit has one thread, and panics abort: the lock is never poisoned.
@@ -73,16 +73,16 @@ pub fn init() {
     sink().path = classify();
 }
 
-fn classify() -> Path {
-    let Ok(stat) = sys::stat_fd(STDERR) else { return Path::Closed };
+fn classify() -> Route {
+    let Ok(stat) = sys::stat_fd(STDERR) else { return Route::Closed };
     let kind = SFlag::from_bits_truncate(stat.st_mode) & SFlag::S_IFMT;
     if kind == SFlag::S_IFSOCK {
-        return Path::Socket;
+        return Route::Socket;
     }
     if kind == SFlag::S_IFIFO || kind == SFlag::S_IFCHR && isatty(sys::kept_fd(STDERR)).unwrap_or(false) {
-        return Path::Reopen;
+        return Route::Reopen;
     }
-    Path::Direct
+    Route::Direct
 }
 
 /// Open drainit's own description of a pipe, FIFO or terminal on stderr:
@@ -92,22 +92,22 @@ fn classify() -> Path {
 /// plain writes, which block only behind a reader that stalls.
 pub fn reopen() {
     let mut sink = sink();
-    if !matches!(sink.path, Path::Reopen) {
+    if !matches!(sink.path, Route::Reopen) {
         return;
     }
     let flags = OFlag::O_WRONLY | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC | OFlag::O_NOCTTY;
     sink.path = match openat(AT_FDCWD, "/proc/self/fd/2", flags, Mode::empty()) {
-        Ok(fd) => Path::Own(fd.into_raw_fd()),
-        Err(_) => Path::Direct,
+        Ok(fd) => Route::Own(fd.into_raw_fd()),
+        Err(_) => Route::Direct,
     };
 }
 
 impl Sink {
     fn fd(&self) -> Option<BorrowedFd<'static>> {
         match self.path {
-            Path::Own(fd) => Some(sys::kept_fd(fd)),
-            Path::Socket | Path::Direct | Path::Reopen => Some(sys::kept_fd(STDERR)),
-            Path::Closed => None,
+            Route::Own(fd) => Some(sys::kept_fd(fd)),
+            Route::Socket | Route::Direct | Route::Reopen => Some(sys::kept_fd(STDERR)),
+            Route::Closed => None,
         }
     }
 
@@ -117,16 +117,16 @@ impl Sink {
 
     fn write_some(&self, buf: &[u8]) -> nix::Result<usize> {
         match self.path {
-            Path::Own(fd) => write(sys::kept_fd(fd), buf),
-            Path::Socket => sys::send_nonblocking(sys::kept_fd(STDERR), buf),
-            Path::Direct | Path::Reopen => write(sys::kept_fd(STDERR), buf),
-            Path::Closed => Ok(buf.len()),
+            Route::Own(fd) => write(sys::kept_fd(fd), buf),
+            Route::Socket => sys::send_nonblocking(sys::kept_fd(STDERR), buf),
+            Route::Direct | Route::Reopen => write(sys::kept_fd(STDERR), buf),
+            Route::Closed => Ok(buf.len()),
         }
     }
 
     /// Add one line (`drainit: ` + text + newline), or count it as dropped.
     fn push(&mut self, text: fmt::Arguments<'_>) {
-        if matches!(self.path, Path::Closed) {
+        if matches!(self.path, Route::Closed) {
             return;
         }
         let waiting = self.waiting();
@@ -204,7 +204,7 @@ pub fn flush() {
 pub fn flush_before_exit(limit: Duration) {
     let end = Instant::now() + limit;
     let mut sink = sink();
-    if sink.dropped > 0 && !matches!(sink.path, Path::Closed) {
+    if sink.dropped > 0 && !matches!(sink.path, Route::Closed) {
         let lines = std::mem::take(&mut sink.dropped);
         let _ = writeln!(Text(&mut sink.pending), "drainit: {}", Event::LogDropped { lines });
     }

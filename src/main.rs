@@ -129,7 +129,7 @@ fn run(args: Vec<OsString>) -> ! {
     let proc_self = own.map(|o| o.pid).filter(|pid| *pid == me);
     let termination_log = config.termination_log.clone();
     let senders = match mode {
-        reap::Mode::Pid1 => Senders::Namespace,
+        reap::Role::Pid1 => Senders::Namespace,
         _ => Senders::Descendants { me, proc_is_ours: proc_self.is_some() },
     };
     let watchdog_pid = notify.is_some() && config.watchdog.is_some();

@@ -18,7 +18,7 @@ use crate::sys;
 
 /// How drainit inherits orphans.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Mode {
+pub enum Role {
     /// PID 1 of a PID namespace: every orphan comes here, and `kill(-1)`
     /// reaches every other process of the namespace.
     Pid1,
@@ -29,26 +29,26 @@ pub enum Mode {
     Plain,
 }
 
-impl Mode {
+impl Role {
     pub fn name(self) -> &'static str {
         match self {
-            Mode::Pid1 => "pid1",
-            Mode::Subreaper => "subreaper",
-            Mode::Plain => "plain",
+            Role::Pid1 => "pid1",
+            Role::Subreaper => "subreaper",
+            Role::Plain => "plain",
         }
     }
 }
 
 /// Decide the mode, registering as subreaper when not PID 1.
-pub fn setup(me: i32) -> Mode {
+pub fn setup(me: i32) -> Role {
     if me == 1 {
-        return Mode::Pid1;
+        return Role::Pid1;
     }
     match nix::sys::prctl::set_child_subreaper(true) {
-        Ok(()) => Mode::Subreaper,
+        Ok(()) => Role::Subreaper,
         Err(e) => {
             Event::SubreaperRefused { error: e.desc().to_string() }.emit();
-            Mode::Plain
+            Role::Plain
         }
     }
 }

@@ -243,7 +243,7 @@ impl Gather {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::reap::Mode;
+    use crate::reap::Role;
 
     /// An Os that fails as told and never touches a real process.
     struct Failing {
@@ -291,7 +291,7 @@ mod tests {
     #[test]
     fn a_failed_wait_is_survived_and_reaps() {
         let mut gather = Gather::default();
-        let mut custody = Custody::new(Mode::Pid1, true);
+        let mut custody = Custody::new(Role::Pid1, true);
         custody.started(10);
         let mut os = os(Some(Errno::ENOMEM), None);
         os.pending = vec![libc::SIGUSR1];
@@ -314,7 +314,7 @@ mod tests {
     #[test]
     fn a_failed_signal_read_keeps_what_it_read_and_reaps() {
         let mut gather = Gather::default();
-        let mut custody = Custody::new(Mode::Subreaper, true);
+        let mut custody = Custody::new(Role::Subreaper, true);
         let mut os = os(None, Some(Errno::EINVAL));
         os.pending = vec![libc::SIGTERM];
         os.exited = vec![(7, Outcome::Exited(1))];
@@ -328,7 +328,7 @@ mod tests {
     #[test]
     fn the_wait_is_as_long_as_the_next_deadline_and_zero_while_reaping_is_behind() {
         let mut gather = Gather::default();
-        let mut custody = Custody::new(Mode::Pid1, true);
+        let mut custody = Custody::new(Role::Pid1, true);
         let mut os = os(None, None);
         turn(&mut gather, &mut os, &mut custody, None);
         let soon = Instant::now() + Duration::from_secs(5);
