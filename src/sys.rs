@@ -209,48 +209,6 @@ impl Drop for ChildStack {
     }
 }
 
-#[cfg(test)]
-mod child_stack_tests {
-    use super::ChildStack;
-
-    /// The usable part above the guard, for `argc` arguments at `page`.
-    fn usable(argc: usize, page: usize) -> usize {
-        ChildStack::size(argc, page) - page
-    }
-
-    #[test]
-    fn the_room_for_execvp_does_not_depend_on_the_page_size() {
-        let need = |argc: usize| 64 * 1024 + (argc + 2) * size_of::<usize>();
-        for page in [4096, 16 * 1024, 64 * 1024] {
-            for argc in [1, 3, 1000, 100_000] {
-                let len = ChildStack::size(argc, page);
-                assert_eq!(len % page, 0, "page {page}, argc {argc}: {len} is not whole pages");
-                assert!(usable(argc, page) >= need(argc), "page {page}, argc {argc}: {} usable", usable(argc, page));
-            }
-        }
-        // At 64 KiB pages: one guard page, two pages of stack.
-        assert_eq!(ChildStack::size(1, 64 * 1024), 3 * 64 * 1024);
-        assert_eq!(usable(1, 64 * 1024), 2 * 64 * 1024);
-        // At 4 KiB pages the layout is the one drainit always had.
-        assert_eq!(ChildStack::size(1, 4096), 4096 + 64 * 1024 + 4096);
-    }
-
-    #[test]
-    fn the_guard_is_this_kernels_page() {
-        let page = ChildStack::page_size();
-        assert!(page >= 4096 && page.is_power_of_two(), "{page}");
-        let mut stack = ChildStack::new(1).unwrap();
-        assert_eq!(stack.guard, page);
-        assert!(stack.fits(1));
-        let len = stack.usable().len();
-        assert_eq!(len, ChildStack::size(1, page) - page);
-        // The usable part is writable to its two ends.
-        let top = stack.usable();
-        top[0] = 1;
-        top[len - 1] = 1;
-    }
-}
-
 /// What `spawn` started: the child's pid and, if its exec failed, the errno
 /// (the child has exited then, and still has to be waited for).
 pub struct Spawned {
@@ -523,4 +481,46 @@ pub fn set_controlling_tty(fd: BorrowedFd<'_>) -> nix::Result<()> {
 pub fn release_controlling_tty(fd: BorrowedFd<'_>) -> nix::Result<()> {
     // SAFETY: TIOCNOTTY takes no argument.
     Errno::result(unsafe { libc::ioctl(fd.as_raw_fd(), libc::TIOCNOTTY) }).map(drop)
+}
+
+#[cfg(test)]
+mod child_stack_tests {
+    use super::ChildStack;
+
+    /// The usable part above the guard, for `argc` arguments at `page`.
+    fn usable(argc: usize, page: usize) -> usize {
+        ChildStack::size(argc, page) - page
+    }
+
+    #[test]
+    fn the_room_for_execvp_does_not_depend_on_the_page_size() {
+        let need = |argc: usize| 64 * 1024 + (argc + 2) * size_of::<usize>();
+        for page in [4096, 16 * 1024, 64 * 1024] {
+            for argc in [1, 3, 1000, 100_000] {
+                let len = ChildStack::size(argc, page);
+                assert_eq!(len % page, 0, "page {page}, argc {argc}: {len} is not whole pages");
+                assert!(usable(argc, page) >= need(argc), "page {page}, argc {argc}: {} usable", usable(argc, page));
+            }
+        }
+        // At 64 KiB pages: one guard page, two pages of stack.
+        assert_eq!(ChildStack::size(1, 64 * 1024), 3 * 64 * 1024);
+        assert_eq!(usable(1, 64 * 1024), 2 * 64 * 1024);
+        // At 4 KiB pages the layout is the one drainit always had.
+        assert_eq!(ChildStack::size(1, 4096), 4096 + 64 * 1024 + 4096);
+    }
+
+    #[test]
+    fn the_guard_is_this_kernels_page() {
+        let page = ChildStack::page_size();
+        assert!(page >= 4096 && page.is_power_of_two(), "{page}");
+        let mut stack = ChildStack::new(1).unwrap();
+        assert_eq!(stack.guard, page);
+        assert!(stack.fits(1));
+        let len = stack.usable().len();
+        assert_eq!(len, ChildStack::size(1, page) - page);
+        // The usable part is writable to its two ends.
+        let top = stack.usable();
+        top[0] = 1;
+        top[len - 1] = 1;
+    }
 }
