@@ -18,6 +18,8 @@ mod events;
 mod exit;
 mod files;
 mod logging;
+#[cfg(test)]
+mod man_page;
 mod procs;
 mod reap;
 mod retry_after;
