@@ -241,7 +241,7 @@ const OPTIONS: [Opt; 17] = [
 
 /// drainit's command line: the options, -v/-q, then the worker's command,
 /// which takes everything after it (its own flags included).
-fn command() -> Command {
+pub(crate) fn command() -> Command {
     let mut command = Command::new("drainit")
         .version(env!("CARGO_PKG_VERSION"))
         .about(ABOUT)

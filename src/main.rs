@@ -22,6 +22,8 @@ mod events;
 mod exit;
 mod files;
 mod logging;
+#[cfg(test)]
+mod man_page;
 mod notify;
 mod procs;
 mod reap;

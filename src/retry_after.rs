@@ -206,7 +206,7 @@ mod tests {
             fs::create_dir_all(&dir).unwrap();
             let path = dir.join(format!("{:?}", std::thread::current().id()).replace(|c: char| !c.is_alphanumeric(), ""));
             fs::write(&path, &content).unwrap();
-            let file = RetryAfter { path: Some(path.clone()), dir: None };
+            let file = RetryAfter { path: Some(path.clone()), private: false };
             let taken = file.take();
             prop_assert!(!path.exists(), "the file is removed once read");
             if let Some(delay) = taken {

@@ -141,16 +141,16 @@ unsafe impl std::alloc::GlobalAlloc for Startup {
 pub struct ChildStack {
     map: NonNull<libc::c_void>,
     len: usize,
+    /// The guard's size: one page of the running kernel's.
+    guard: usize,
 }
-
-/// The guard page's size: x86_64's and aarch64's (4 KiB pages) smallest page.
-const GUARD: usize = 4096;
 
 impl ChildStack {
     /// Room for execvp: glibc's copies at most PATH_MAX of PATH and, for a
     /// script without `#!`, the argument pointers; musl's only the first.
     pub fn new(argc: usize) -> nix::Result<ChildStack> {
-        let len = Self::size(argc);
+        let guard = Self::page_size();
+        let len = Self::size(argc, guard);
         let length = NonZeroUsize::new(len).ok_or(Errno::EINVAL)?;
         // SAFETY: a new private anonymous mapping aliases nothing.
         let map = unsafe {
@@ -162,28 +162,43 @@ impl ChildStack {
             )
         }?;
         // SAFETY: the first page of the mapping just made, which nothing uses.
-        if let Err(e) = unsafe { mman::mprotect(map, GUARD, ProtFlags::PROT_NONE) } {
+        if let Err(e) = unsafe { mman::mprotect(map, guard, ProtFlags::PROT_NONE) } {
             // SAFETY: the whole mapping, unused.
             let _ = unsafe { mman::munmap(map, len) };
             return Err(e);
         }
-        Ok(ChildStack { map, len })
+        Ok(ChildStack { map, len, guard })
     }
 
-    fn size(argc: usize) -> usize {
-        (GUARD + 64 * 1024 + (argc + 2) * size_of::<usize>()).next_multiple_of(GUARD)
+    /// The kernel's page size, read at run time: mprotect works in whole
+    /// pages, and one binary runs on kernels with 4, 16 or 64 KiB pages
+    /// (aarch64, ppc64le). A guard sized below the page would have the
+    /// protection cover the stack itself.
+    fn page_size() -> usize {
+        nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE)
+            .ok()
+            .flatten()
+            .and_then(|page| usize::try_from(page).ok())
+            .filter(|page| page.is_power_of_two())
+            .unwrap_or(4096)
+    }
+
+    /// The mapping's length: one guard page, then the room execvp needs,
+    /// rounded up to whole pages.
+    fn size(argc: usize, page: usize) -> usize {
+        (page + 64 * 1024 + (argc + 2) * size_of::<usize>()).next_multiple_of(page)
     }
 
     /// Whether a program with `argc` arguments can exec from this stack.
     pub fn fits(&self, argc: usize) -> bool {
-        self.len >= Self::size(argc)
+        self.len >= Self::size(argc, self.guard)
     }
 
     /// Everything above the guard page.
     fn usable(&mut self) -> &mut [u8] {
-        // SAFETY: the mapping is readable and writable past its first page,
+        // SAFETY: the mapping is readable and writable past its guard page,
         // lives as long as self, and is reachable only through self.
-        unsafe { std::slice::from_raw_parts_mut(self.map.as_ptr().cast::<u8>().add(GUARD), self.len - GUARD) }
+        unsafe { std::slice::from_raw_parts_mut(self.map.as_ptr().cast::<u8>().add(self.guard), self.len - self.guard) }
     }
 }
 
@@ -670,4 +685,46 @@ pub fn set_controlling_tty(fd: BorrowedFd<'_>) -> nix::Result<()> {
 pub fn release_controlling_tty(fd: BorrowedFd<'_>) -> nix::Result<()> {
     // SAFETY: TIOCNOTTY takes no argument.
     Errno::result(unsafe { libc::ioctl(fd.as_raw_fd(), libc::TIOCNOTTY) }).map(drop)
+}
+
+#[cfg(test)]
+mod child_stack_tests {
+    use super::ChildStack;
+
+    /// The usable part above the guard, for `argc` arguments at `page`.
+    fn usable(argc: usize, page: usize) -> usize {
+        ChildStack::size(argc, page) - page
+    }
+
+    #[test]
+    fn the_room_for_execvp_does_not_depend_on_the_page_size() {
+        let need = |argc: usize| 64 * 1024 + (argc + 2) * size_of::<usize>();
+        for page in [4096, 16 * 1024, 64 * 1024] {
+            for argc in [1, 3, 1000, 100_000] {
+                let len = ChildStack::size(argc, page);
+                assert_eq!(len % page, 0, "page {page}, argc {argc}: {len} is not whole pages");
+                assert!(usable(argc, page) >= need(argc), "page {page}, argc {argc}: {} usable", usable(argc, page));
+            }
+        }
+        // At 64 KiB pages: one guard page, two pages of stack.
+        assert_eq!(ChildStack::size(1, 64 * 1024), 3 * 64 * 1024);
+        assert_eq!(usable(1, 64 * 1024), 2 * 64 * 1024);
+        // At 4 KiB pages the layout is the one drainit always had.
+        assert_eq!(ChildStack::size(1, 4096), 4096 + 64 * 1024 + 4096);
+    }
+
+    #[test]
+    fn the_guard_is_this_kernels_page() {
+        let page = ChildStack::page_size();
+        assert!(page >= 4096 && page.is_power_of_two(), "{page}");
+        let mut stack = ChildStack::new(1).unwrap();
+        assert_eq!(stack.guard, page);
+        assert!(stack.fits(1));
+        let len = stack.usable().len();
+        assert_eq!(len, ChildStack::size(1, page) - page);
+        // The usable part is writable to its two ends.
+        let top = stack.usable();
+        top[0] = 1;
+        top[len - 1] = 1;
+    }
 }

@@ -77,9 +77,22 @@ pub struct Builder {
 /// /dev/null, stdout and stderr are captured, and no DRAINIT_* variable of
 /// the test's environment gets through.
 pub fn drainit<S: AsRef<OsStr>>(mode: Mode, args: impl IntoIterator<Item = S>) -> Builder {
-    let mut argv = vec![BIN.into()];
+    let mut argv = runner_argv();
     argv.extend(args.into_iter().map(|a| a.as_ref().to_os_string()));
     launch(mode, argv)
+}
+
+/// How drainit is started: `DRAINIT_TEST_RUNNER` (an emulator such as
+/// `qemu-aarch64-static`, words split on spaces) before the binary, which
+/// is `DRAINIT_TEST_BIN` when set (another architecture's release build),
+/// else the one cargo built. No binfmt_misc: the runner is named here.
+pub fn runner_argv() -> Vec<std::ffi::OsString> {
+    let mut argv: Vec<std::ffi::OsString> = match std::env::var("DRAINIT_TEST_RUNNER") {
+        Ok(runner) => runner.split_whitespace().map(Into::into).collect(),
+        Err(_) => Vec::new(),
+    };
+    argv.push(std::env::var_os("DRAINIT_TEST_BIN").filter(|b| !b.is_empty()).unwrap_or_else(|| BIN.into()));
+    argv
 }
 
 /// Any program (`argv[0]` is looked up in PATH), set up as [`drainit`] is.

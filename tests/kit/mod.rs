@@ -80,7 +80,7 @@ pub(crate) use cases::{cases, per_mode};
 pub use cc::c_helper;
 pub use elf::is_static_elf;
 pub use events::{Event, check_log_end, event_names, one_clear_line, parse_duration, parse_events};
-pub use launch::{Builder, Io, drainit, launch, pipe, under_a_subreaper};
+pub use launch::{Builder, Io, drainit, launch, pipe, runner_argv, under_a_subreaper};
 pub use pidfd::Pidfd;
 pub use procfs::{HOST, Procfs, Stat, alive, alive_as, exists};
 pub use recorder::{End, Recorder, Term};
@@ -93,6 +93,21 @@ use std::time::{Duration, Instant};
 
 /// The binary under test.
 pub const BIN: &str = env!("CARGO_BIN_EXE_drainit");
+
+/// Under an emulator (`DRAINIT_TEST_RUNNER`, e.g. qemu-user running the
+/// aarch64 build), a test that needs what the emulator cannot do returns
+/// early through this: it prints why, so the skip shows in the test output
+/// (`--nocapture`) and in scripts/check-release's summary.
+pub fn skip_under_runner(what: &str) -> bool {
+    match std::env::var("DRAINIT_TEST_RUNNER") {
+        Ok(runner) if !runner.trim().is_empty() => {
+            println!("SKIPPED under {runner}: {what}");
+            eprintln!("SKIPPED under {runner}: {what}");
+            true
+        }
+        _ => false,
+    }
+}
 
 /// How drainit runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
