@@ -304,15 +304,10 @@ pub struct Config {
     pub remap: Remap,
     pub termination_log: Option<PathBuf>,
     pub log_filter: String,
-    // Until the supervisor reads the watchdog's settings, only tests do.
-    #[allow(dead_code)]
     pub watchdog: Option<Duration>,
-    #[allow(dead_code)]
     pub ready_timeout: Option<Duration>,
-    #[allow(dead_code)]
     pub ready_file: Option<PathBuf>,
     /// Begins the stop when the watchdog or the ready timeout expires.
-    #[allow(dead_code)]
     pub watchdog_signal: Signo,
     /// `DRAINIT_*` variables that are none of drainit's, each with the
     /// nearest real one: (name, nearest), both ready for a logfmt line. To
@@ -322,18 +317,18 @@ pub struct Config {
 
 /// How parsing ended without a configuration.
 #[derive(Debug)]
-pub enum Stop {
+pub enum Halt {
     /// --help or --version: print this on stdout, exit 0.
     Info(String),
     /// One line for stderr (after `drainit: `); exit 2.
     Invalid(String),
 }
 
-impl fmt::Display for Stop {
+impl fmt::Display for Halt {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Stop::Info(text) => f.write_str(text),
-            Stop::Invalid(line) => write!(f, "error: {line}"),
+            Halt::Info(text) => f.write_str(text),
+            Halt::Invalid(line) => write!(f, "error: {line}"),
         }
     }
 }
@@ -367,9 +362,9 @@ const SET_FOR_OTHERS: [&str; 9] = [
 const ENGINE_INIT_NAMES: [&str; 2] = ["docker-init", "podman-init"];
 
 /// Parse and validate the command line and the environment.
-pub fn parse<I: IntoIterator<Item = OsString>>(args: I) -> Result<Config, Stop> {
+pub fn parse<I: IntoIterator<Item = OsString>>(args: I) -> Result<Config, Halt> {
     parse_all(args.into_iter().collect()).map_err(|stop| match stop {
-        Stop::Invalid(line) => Stop::Invalid(bounded(&line)),
+        Halt::Invalid(line) => Halt::Invalid(bounded(&line)),
         info => info,
     })
 }
@@ -405,12 +400,12 @@ fn cut(text: &str, max: usize) -> std::borrow::Cow<'_, str> {
     format!("{}...", &text[..end]).into()
 }
 
-fn parse_all(args: Vec<OsString>) -> Result<Config, Stop> {
+fn parse_all(args: Vec<OsString>) -> Result<Config, Halt> {
     let mut command = command();
     // Every option's variable, as clap declares it, and the log filter's.
     let variables = command.get_arguments().filter_map(|a| a.get_env()).chain([std::ffi::OsStr::new(LOG_VAR)]);
     if let Some(var) = variables.into_iter().find(|v| std::env::var_os(v).is_some_and(|x| x.is_empty())) {
-        return Err(Stop::Invalid(format!("{} is set but empty; unset it or give it a value", var.to_string_lossy())));
+        return Err(Halt::Invalid(format!("{} is set but empty; unset it or give it a value", var.to_string_lossy())));
     }
     let matches = command.try_get_matches_from_mut(&args).map_err(|e| clap_error(e, args.first()))?;
     // Name a value by its origin in errors: the flag, or the variable.
@@ -427,18 +422,18 @@ fn parse_all(args: Vec<OsString>) -> Result<Config, Stop> {
         let opt = OPTIONS.iter().find(|o| o.id == id);
         opt.map_or_else(|| id.to_string(), |o| format!("--{} or {}", o.long, o.env))
     };
-    let invalid = |id: &str, text: &str, why: &str| Stop::Invalid(format!("{} '{text}': {why}", origin(id)));
+    let invalid = |id: &str, text: &str, why: &str| Halt::Invalid(format!("{} '{text}': {why}", origin(id)));
     // Values are read in place, not removed from `matches`: `origin` still
     // asks where each came from. They are OsString so that one that is not
     // UTF-8 is named.
-    let text = |value: OsString, id: &str| -> Result<String, Stop> {
+    let text = |value: OsString, id: &str| -> Result<String, Halt> {
         value.into_string().map_err(|bad| invalid(id, &bad.to_string_lossy(), "not valid UTF-8"))
     };
     let one = |id: &str| matches.get_one::<OsString>(id).cloned().map(|v| text(v, id)).transpose();
-    let many = |id: &str| -> Result<Vec<String>, Stop> {
+    let many = |id: &str| -> Result<Vec<String>, Halt> {
         matches.get_many::<OsString>(id).into_iter().flatten().cloned().map(|v| text(v, id)).collect()
     };
-    let given = |id: &str| -> Result<Option<(Duration, String)>, Stop> {
+    let given = |id: &str| -> Result<Option<(Duration, String)>, Halt> {
         match one(id)? {
             None => Ok(None),
             Some(text) => {
@@ -446,10 +441,10 @@ fn parse_all(args: Vec<OsString>) -> Result<Config, Stop> {
             }
         }
     };
-    let duration = |id: &str, default: Duration| -> Result<(Duration, String), Stop> {
+    let duration = |id: &str, default: Duration| -> Result<(Duration, String), Halt> {
         Ok(given(id)?.unwrap_or_else(|| (default, duration::show(default))))
     };
-    let above_zero = |id: &str| -> Result<Option<Duration>, Stop> {
+    let above_zero = |id: &str| -> Result<Option<Duration>, Halt> {
         match given(id)? {
             Some((d, text)) if d.is_zero() => Err(invalid(id, &text, "must be more than 0")),
             other => Ok(other.map(|(d, _)| d)),
@@ -499,7 +494,7 @@ fn parse_all(args: Vec<OsString>) -> Result<Config, Stop> {
     let drain_file = path("drain_file")?.map(PathBuf::from);
 
     let rewrite = Rewrite::parse(many("rewrite")?.iter().map(String::as_str))
-        .map_err(|why| Stop::Invalid(format!("{} {why}", origin("rewrite"))))?;
+        .map_err(|why| Halt::Invalid(format!("{} {why}", origin("rewrite"))))?;
 
     let defaults = backoff::Policy::default();
     let codes = many("backoff_exit_codes")?;
@@ -530,7 +525,7 @@ fn parse_all(args: Vec<OsString>) -> Result<Config, Stop> {
     };
     let (finish_timeout, _) = duration("finish_timeout", FINISH_TIMEOUT)?;
     let remap = Remap::parse(many("remap_exit")?.iter().map(String::as_str))
-        .map_err(|why| Stop::Invalid(format!("{} {why}", origin("remap_exit"))))?;
+        .map_err(|why| Halt::Invalid(format!("{} {why}", origin("remap_exit"))))?;
     let termination_log = match path("termination_log")? {
         Some(p) if p == "off" => None,
         Some(p) => Some(PathBuf::from(p)),
@@ -546,7 +541,7 @@ fn parse_all(args: Vec<OsString>) -> Result<Config, Stop> {
             return Err(invalid("watchdog_signal", &text, "0 sends nothing; name the signal that begins the stop"));
         }
         Some(text) => {
-            signals::parse(&text, false).map_err(|why| Stop::Invalid(format!("{} {why}", origin("watchdog_signal"))))?
+            signals::parse(&text, false).map_err(|why| Halt::Invalid(format!("{} {why}", origin("watchdog_signal"))))?
         }
     };
 
@@ -554,7 +549,7 @@ fn parse_all(args: Vec<OsString>) -> Result<Config, Stop> {
         None => None,
         Some(Ok(filter)) => Some(filter),
         Some(Err(bad)) => {
-            return Err(Stop::Invalid(format!("{LOG_VAR} '{}': not valid UTF-8", bad.to_string_lossy())));
+            return Err(Halt::Invalid(format!("{LOG_VAR} '{}': not valid UTF-8", bad.to_string_lossy())));
         }
     };
     let log_filter = log_filter(matches.get_count("verbose"), matches.get_count("quiet"), log)?;
@@ -689,7 +684,7 @@ pub fn version_line(argv0: Option<&OsString>) -> String {
 const LEVELS: [&str; 6] = ["off", "error", "warn", "info", "debug", "trace"];
 
 /// -v/-q beat DRAINIT_LOG, which beats the default `info`.
-fn log_filter(verbose: u8, quiet: u8, var: Option<String>) -> Result<String, Stop> {
+fn log_filter(verbose: u8, quiet: u8, var: Option<String>) -> Result<String, Halt> {
     if verbose > 0 || quiet > 0 {
         let level = (3 + i32::from(verbose) - i32::from(quiet)).clamp(0, 5);
         return Ok(LEVELS[level as usize].to_string());
@@ -713,7 +708,7 @@ fn log_filter(verbose: u8, quiet: u8, var: Option<String>) -> Result<String, Sto
             (Some(level), Some(module)) if drainit_module(module) => directives.push(format!("{module}={level}")),
             _ => {
                 let near = LEVELS.iter().find(|l| strsim::jaro_winkler(&level.to_ascii_lowercase(), l) > 0.8);
-                return Err(Stop::Invalid(format!(
+                return Err(Halt::Invalid(format!(
                     "{LOG_VAR} '{filter}': '{directive}' is not a level ({}) or drainit=LEVEL{}",
                     LEVELS.join(", "),
                     near.map_or(String::new(), |l| format!("; did you mean {l}?")),
@@ -732,11 +727,11 @@ fn drainit_module(module: &str) -> bool {
         && parts.all(|p| !p.is_empty() && p.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'))
 }
 
-fn clap_error(err: clap::Error, argv0: Option<&OsString>) -> Stop {
+fn clap_error(err: clap::Error, argv0: Option<&OsString>) -> Halt {
     use clap::error::{ContextKind, ContextValue, ErrorKind};
     match err.kind() {
-        ErrorKind::DisplayHelp => Stop::Info(err.render().to_string()),
-        ErrorKind::DisplayVersion => Stop::Info(version_line(argv0)),
+        ErrorKind::DisplayHelp => Halt::Info(err.render().to_string()),
+        ErrorKind::DisplayVersion => Halt::Info(version_line(argv0)),
         _ => {
             // clap's message may span lines up to the first blank one.
             let text = err.render().to_string();
@@ -747,7 +742,7 @@ fn clap_error(err: clap::Error, argv0: Option<&OsString>) -> Stop {
             if let Some(ContextValue::String(flag)) = err.get(ContextKind::SuggestedArg) {
                 line = format!("{line}; did you mean '{flag}'?");
             }
-            Stop::Invalid(line + " (see drainit --help)")
+            Halt::Invalid(line + " (see drainit --help)")
         }
     }
 }
@@ -792,7 +787,7 @@ mod tests {
             "=info",
         ] {
             match log_filter(0, 0, Some(bad.into())) {
-                Err(Stop::Invalid(line)) => {
+                Err(Halt::Invalid(line)) => {
                     assert!(line.contains("off, error, warn, info, debug, trace"), "{bad}: {line}");
                 }
                 other => panic!("{bad}: {other:?}"),
@@ -802,7 +797,7 @@ mod tests {
         // list, a later directive for the same module replaces an earlier one.
         let logger = env_logger::Builder::new().parse_filters("warn,off").build();
         assert_eq!(logger.filter(), LevelFilter::Off);
-        let Err(Stop::Invalid(line)) = log_filter(0, 0, Some("warning".into())) else { panic!() };
+        let Err(Halt::Invalid(line)) = log_filter(0, 0, Some("warning".into())) else { panic!() };
         assert!(line.ends_with("did you mean warn?"), "{line}");
     }
 
@@ -829,7 +824,7 @@ mod tests {
             &["--backoff-exit-code", "none", "--backoff-exit-code", "75", "true"][..],
             &["--backoff-exit-code", "75,none", "true"],
         ] {
-            let Err(Stop::Invalid(line)) = parse(args(bad)) else { panic!("{bad:?}") };
+            let Err(Halt::Invalid(line)) = parse(args(bad)) else { panic!("{bad:?}") };
             assert!(line.starts_with("--backoff-exit-code 'none'"), "{line}");
         }
     }
@@ -884,7 +879,7 @@ mod tests {
             &["--ready-file", "", "true"],
         ] {
             match parse(args(bad)) {
-                Err(Stop::Invalid(line)) => assert!(line.starts_with(&format!("{} '", bad[0])), "{bad:?}: {line}"),
+                Err(Halt::Invalid(line)) => assert!(line.starts_with(&format!("{} '", bad[0])), "{bad:?}: {line}"),
                 other => panic!("{bad:?}: {other:?}"),
             }
         }
@@ -897,7 +892,7 @@ mod tests {
             ("--backoff-exit-codes", "'--backoff-exit-code'"),
             ("--watchdog-sig", "'--watchdog-signal'"),
         ] {
-            let Err(Stop::Invalid(line)) = parse(args(&[typo, "1", "true"])) else { panic!("{typo}") };
+            let Err(Halt::Invalid(line)) = parse(args(&[typo, "1", "true"])) else { panic!("{typo}") };
             assert!(line.contains(&format!("did you mean {near}?")) && !line.contains('\n'), "{line}");
         }
     }
@@ -905,7 +900,7 @@ mod tests {
     #[test]
     fn a_grace_too_long_names_both_settings_and_the_timeout_s_origin() {
         let refusal = |a: &[&str]| match parse(args(a)) {
-            Err(Stop::Invalid(line)) => line,
+            Err(Halt::Invalid(line)) => line,
             other => panic!("{a:?}: {other:?}"),
         };
         let line = refusal(&["--grace", "10s", "true"]);
@@ -933,11 +928,11 @@ mod tests {
             vec!["--watchdog-signal", &huge, "true"],
             vec!["--finish", &huge, "true"],
         ] {
-            let Err(Stop::Invalid(line)) = parse(args(&bad)) else { panic!("{}", bad[0]) };
+            let Err(Halt::Invalid(line)) = parse(args(&bad)) else { panic!("{}", bad[0]) };
             assert!(line.len() < 1024 && line.starts_with(bad[0]) && line.contains("x..."), "{line}");
         }
         let flag = format!("--{huge}");
-        let Err(Stop::Invalid(line)) = parse(args(&[&flag, "true"])) else { panic!() };
+        let Err(Halt::Invalid(line)) = parse(args(&[&flag, "true"])) else { panic!() };
         assert!(line.len() < 1024 && line.ends_with("(see drainit --help)"), "{line}");
         // A value with quotes of its own still cannot make the line long.
         let quoted = format!("'{}'{}", "y".repeat(70_000), "'".repeat(70_000));
@@ -998,7 +993,7 @@ mod tests {
             &[],
         ] {
             match parse(args(bad)) {
-                Err(Stop::Invalid(line)) => assert!(!line.contains('\n') && !line.is_empty(), "{bad:?}: {line}"),
+                Err(Halt::Invalid(line)) => assert!(!line.contains('\n') && !line.is_empty(), "{bad:?}: {line}"),
                 other => panic!("{bad:?}: {other:?}"),
             }
         }
@@ -1018,7 +1013,7 @@ mod tests {
             };
             let flag = format!("--{}", opt.long);
             match parse(args(&[&flag, bad, "true"])) {
-                Err(Stop::Invalid(line)) => assert!(line.starts_with(&format!("{flag} '{bad}'")), "{line}"),
+                Err(Halt::Invalid(line)) => assert!(line.starts_with(&format!("{flag} '{bad}'")), "{line}"),
                 other => panic!("{flag} {bad:?}: {other:?}"),
             }
         }

@@ -86,7 +86,7 @@ fn run(args: Vec<OsString>) -> ! {
     logging::reopen();
     let config = match config::parse(args) {
         Ok(config) => config,
-        Err(config::Stop::Info(text)) => {
+        Err(config::Halt::Info(text)) => {
             let mut stdout = std::io::stdout();
             let _ = writeln!(stdout, "{}", text.trim_end()).and_then(|()| stdout.flush());
             sys::exit_now(0);
