@@ -31,7 +31,10 @@ use nix::sys::stat::{Mode, SFlag};
 use nix::sys::time::TimeSpec;
 use nix::unistd::{isatty, write};
 
+use nix::sys::socket::{MsgFlags, send};
+
 use crate::events::Event;
+
 use crate::sys;
 
 /// The most that may wait for stderr.
@@ -118,7 +121,10 @@ impl Sink {
     fn write_some(&self, buf: &[u8]) -> nix::Result<usize> {
         match self.path {
             Route::Own(fd) => write(sys::kept_fd(fd), buf),
-            Route::Socket => sys::send_nonblocking(sys::kept_fd(STDERR), buf),
+            // Without waiting (a flag of this call only: the socket's file
+            // description, shared with the worker, stays blocking), and
+            // without SIGPIPE.
+            Route::Socket => send(STDERR, buf, MsgFlags::MSG_DONTWAIT | MsgFlags::MSG_NOSIGNAL),
             Route::Direct | Route::Reopen => write(sys::kept_fd(STDERR), buf),
             Route::Closed => Ok(buf.len()),
         }

@@ -448,17 +448,6 @@ pub fn kept_fd(fd: RawFd) -> BorrowedFd<'static> {
     unsafe { BorrowedFd::borrow_raw(fd) }
 }
 
-/// send(2) on a socket, without waiting (MSG_DONTWAIT, a flag of this call
-/// only: the socket's file description, shared with the worker, stays
-/// blocking) and without SIGPIPE. nix offers send only with its socket
-/// feature, which brings a dependency for this one call.
-pub fn send_nonblocking(fd: BorrowedFd<'_>, buf: &[u8]) -> nix::Result<usize> {
-    // SAFETY: buf is valid for reads of buf.len() bytes for the call.
-    let n =
-        unsafe { libc::send(fd.as_raw_fd(), buf.as_ptr().cast(), buf.len(), libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL) };
-    Errno::result(n).map(|n| n as usize)
-}
-
 /// sendmsg(2) of `buf` with the descriptors `fds` attached (SCM_RIGHTS, at
 /// most the kernel's 253), on a connected socket, without SIGPIPE. By hand,
 /// not nix's sendmsg: that builds the control message in a Vec<u8>, which
