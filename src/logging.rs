@@ -27,14 +27,12 @@ use log::{LevelFilter, Log, Metadata, Record};
 use nix::errno::Errno;
 use nix::fcntl::{AT_FDCWD, OFlag, openat};
 use nix::poll::{PollFd, PollFlags, ppoll};
+use nix::sys::socket::{MsgFlags, send};
 use nix::sys::stat::{Mode, SFlag};
 use nix::sys::time::TimeSpec;
 use nix::unistd::{isatty, write};
 
-use nix::sys::socket::{MsgFlags, send};
-
 use crate::events::Event;
-
 use crate::sys;
 
 /// The most that may wait for stderr.
