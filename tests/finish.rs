@@ -250,3 +250,47 @@ per_mode! {
         assert_eq!((&*runs[0]["status"], &*runs[0]["deadline"], &*runs[0]["stop"]), ("signal:SIGKILL", "0", "none"));
     }
 }
+
+per_mode! {
+    /// A stop after the finish program exited bounds what it left behind
+    /// (defect: the leftover was killed only at the 30s finish bound, long
+    /// past the orchestrator's SIGKILL).
+    fn a_stop_bounds_what_the_finish_program_left(mode) {
+        let dir = Scratch::new("finish-left");
+        let up = path_str(&dir.path("left-up"));
+        let then = format!(
+            "sh -c 'trap \"\" TERM; : > {up}; exec sleep 60' </dev/null >/dev/null 2>&1 &\n\
+             while [ ! -e {up} ]; do sleep 0.01; done"
+        );
+        let finish = path_str(&finish_program(&dir, &then));
+        let args = ["--orchestrator-timeout", "3s", "--grace", "2s", "--finish", &finish, "--finish-timeout", "30s"];
+        let mut run = drainit(mode, with_sh(&args, "exit 0")).spawn();
+        assert!(run.wait_event("finish_exited", secs(10)).is_some(), "{}", run.log());
+        let stop = Instant::now();
+        run.signal(libc::SIGTERM);
+        let ended = run.wait(secs(40));
+        let took = stop.elapsed();
+        assert_eq!(ended.code, Some(0), "{}", run.log());
+        assert!(took < secs(3), "exited {took:?} after SIGTERM: past the orchestrator's SIGKILL at 3s: {}", run.log());
+        assert!(took >= secs(2) - ms(100), "killed at the grace deadline, not before: {took:?}");
+    }
+}
+
+per_mode! {
+    /// A later attempt that cannot exec still runs the finish program: a
+    /// worker ran before it (defect: "no worker ran" was taken from the
+    /// last attempt alone).
+    fn after_a_later_attempt_cannot_exec(mode) {
+        let dir = Scratch::new("finish-noexec");
+        let finish = path_str(&finish_program(&dir, ""));
+        let worker = dir.path("worker");
+        std::fs::write(&worker, "#!/bin/sh\nchmod -x \"$0\"\nexit 75\n").unwrap();
+        std::fs::set_permissions(&worker, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+        let args = ["--finish", &finish, "--backoff-delay", "100ms", "--", &path_str(&worker)];
+        let mut run = drainit(mode, args).spawn();
+        assert_eq!(run.wait(secs(10)).code, Some(126), "{}", run.log());
+        let runs = finish_runs(&dir);
+        assert_eq!(runs.len(), 1, "{}", run.log());
+        assert_eq!((runs[0]["code"].as_str(), runs[0]["status"].as_str(), runs[0]["attempt"].as_str()), ("126", "exited:75", "2"));
+    }
+}

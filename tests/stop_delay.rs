@@ -179,8 +179,8 @@ cases! {
     fn refused(args: &[&str], env: &[(&str, &str)], needle: &str) {
         assert_refused(args, env, needle);
     }
-    case delay_equal_to_the_default_grace(&["--stop-delay", "9s"], &[], "--stop-delay '9s': must be shorter than the grace 9s");
-    case delay_longer_than_the_grace(&["--stop-delay", "3s", "--grace", "2s"], &[], "shorter than the grace 2s");
+    case delay_equal_to_the_default_grace(&["--stop-delay", "9s"], &[], "--stop-delay '9s': must be shorter than the grace, 9s");
+    case delay_longer_than_the_grace(&["--stop-delay", "3s", "--grace", "2s"], &[], "shorter than the grace, 2s");
     case variable_equal_to_the_grace(&[], &[("DRAINIT_STOP_DELAY", "2s"), ("DRAINIT_GRACE", "2s")], "DRAINIT_STOP_DELAY '2s'");
     case not_a_duration(&["--stop-delay", "soon"], &[], "--stop-delay 'soon'");
     case variable_not_a_duration(&[], &[("DRAINIT_STOP_DELAY", "-1s")], "DRAINIT_STOP_DELAY '-1s'");
