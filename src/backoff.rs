@@ -44,7 +44,7 @@ pub enum Decision {
 }
 
 /// The schedule's memory across attempts.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct Backoff {
     first_exit: Option<Instant>,
     base: Duration,
@@ -82,7 +82,7 @@ impl Backoff {
 
 /// A xorshift generator for jitter: spreading restarts needs no more than
 /// that, and it keeps drainit free of a randomness dependency.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct Jitter(u64);
 
 impl Jitter {

@@ -208,7 +208,7 @@ pub struct Settings {
 /// passed: up to this much before the orchestrator's SIGKILL.
 const FINISH_MARGIN: Duration = Duration::from_millis(500);
 
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct Supervisor {
     settings: Settings,
     phase: Phase,
@@ -1572,5 +1572,344 @@ mod tests {
             st.feed(60, Signal(SIGTERM)),
             ["log stop_requested", "drain_file", "ready_file_gone", "tell Stopping", "forward SIGTERM"]
         );
+    }
+
+    /// The supervisor explored: every sequence of inputs a real run can
+    /// produce, up to DEPTH inputs, from the start, each checked against
+    /// the contract's promises at every step. The world is modelled as
+    /// little as the promises need: the worker, what it left, the finish
+    /// program (alive or not), and the clock; the executor's answers are
+    /// fed as the loop feeds them (a spawn may succeed or fail, a kill
+    /// reaches what lives).
+    mod explore {
+        use super::*;
+
+        /// Inputs per path; DRAINIT_EXPLORE_DEPTH for more.
+        const DEPTH: usize = 6;
+
+        #[derive(Clone)]
+        struct World {
+            s: Supervisor,
+            t: Instant,
+            t0: Instant,
+            worker: Option<i32>,
+            worker_ran: bool,
+            leftovers: u32,
+            finish: Option<i32>,
+            finish_runs: u32,
+            next_pid: i32,
+            stop_at: Option<Instant>,
+            /// A SIGKILL went out to everything alive (which then dies and
+            /// forks no more) since the last spawn.
+            killed_since_stop: bool,
+            spawns_after_stop: u32,
+            /// The worker's last outcome, and whether drainit slept when a stop came.
+            last: Option<Outcome>,
+            stopped_asleep: Option<Signo>,
+            exited: Option<Code>,
+            failed_spawn: Option<Code>,
+            break_exec: bool,
+        }
+
+        #[derive(Clone, Copy, Debug)]
+        enum Ext {
+            Term,
+            Usr1,
+            WorkerExits(i32),
+            WorkerKilledBySignal,
+            LeaveChild,
+            LeftoverDies,
+            FinishExits,
+            Children,
+            Tick,
+            TickLate,
+            Ready,
+            Ping,
+            Trigger,
+            BreakExec,
+        }
+
+        const ALPHABET: [Ext; 15] = [
+            Ext::Term,
+            Ext::Usr1,
+            Ext::WorkerExits(0),
+            Ext::WorkerExits(75),
+            Ext::WorkerKilledBySignal,
+            Ext::LeaveChild,
+            Ext::LeftoverDies,
+            Ext::FinishExits,
+            Ext::Children,
+            Ext::Tick,
+            Ext::TickLate,
+            Ext::Ready,
+            Ext::Ping,
+            Ext::Trigger,
+            Ext::BreakExec,
+        ];
+
+        impl World {
+            fn alive(&self) -> bool {
+                self.worker.is_some() || self.leftovers > 0 || self.finish.is_some()
+            }
+
+            /// Feed one input, then carry out its actions as the loop does,
+            /// answering each (`spawn_ok` decides spawns). Checks every
+            /// promise on the way.
+            fn feed(&mut self, input: Input, spawn_ok: bool, path: &[String]) {
+                let mut queue = vec![input];
+                while let Some(input) = queue.pop() {
+                    let mut out = Vec::new();
+                    self.s.handle(input, &mut Now::at(self.t), &mut out);
+                    for action in out {
+                        if let Some(answer) = self.act(action, spawn_ok, path) {
+                            queue.insert(0, answer);
+                        }
+                    }
+                }
+                self.check(path);
+            }
+
+            fn act(&mut self, action: Action, spawn_ok: bool, path: &[String]) -> Option<Input> {
+                let fail = |what: &str| panic!("{what}\npath: {path:#?}");
+                match action {
+                    Action::Spawn { .. } => {
+                        if self.alive() {
+                            fail("a restart while something of the last attempt lives");
+                        }
+                        if self.stop_at.is_some() {
+                            self.spawns_after_stop += 1;
+                        }
+                        if !spawn_ok || std::mem::take(&mut self.break_exec) {
+                            self.failed_spawn = Some(Code(127));
+                            return Some(SpawnFailed(Code(127)));
+                        }
+                        self.next_pid += 1;
+                        self.killed_since_stop = false;
+                        self.worker = Some(self.next_pid);
+                        self.worker_ran = true;
+                        Some(Spawned(self.next_pid))
+                    }
+                    Action::SpawnFinish(_) => {
+                        if self.worker.is_some() || self.leftovers > 0 {
+                            fail("the finish program while the worker's group lives");
+                        }
+                        if !self.worker_ran {
+                            fail("the finish program though no worker ran");
+                        }
+                        self.finish_runs += 1;
+                        self.killed_since_stop = false;
+                        self.next_pid += 1;
+                        self.finish = Some(self.next_pid);
+                        Some(Spawned(self.next_pid))
+                    }
+                    Action::Deadline => {
+                        let n = u32::from(self.worker.is_some()) + self.leftovers;
+                        self.kill_all();
+                        Some(Killed(n as usize))
+                    }
+                    Action::SignalAll(SIGKILL) => {
+                        self.kill_all();
+                        None
+                    }
+                    Action::ReadRetryAfter => Some(RetryAfter(None)),
+                    Action::Exit(record) => {
+                        if self.alive() {
+                            fail("exit while a process drainit answers for lives");
+                        }
+                        self.exited = Some(record.code());
+                        None
+                    }
+                    Action::Log(
+                        Event::StopRequested { .. } | Event::WatchdogExpired { .. } | Event::ReadyTimeout { .. },
+                    ) => {
+                        if self.stop_at.is_none() {
+                            self.stop_at = Some(self.t);
+                        }
+                        None
+                    }
+                    _ => None,
+                }
+            }
+
+            /// SIGKILL reaches everything; what dies is reaped by later
+            /// inputs (`WorkerKilledBySignal`, `LeftoverDies`, ...).
+            fn kill_all(&mut self) {
+                self.killed_since_stop = true;
+            }
+
+            fn check(&self, path: &[String]) {
+                let fail = |what: String| panic!("{what}\npath: {path:#?}");
+                if self.finish_runs > 1 {
+                    fail("the finish program ran twice".into());
+                }
+                if self.spawns_after_stop > 0 {
+                    fail("a restart after a stop".into());
+                }
+                // No phase outlives the stop: while something lives, a
+                // timer is armed no later than the orchestrator's SIGKILL
+                // (less the finish margin), or the SIGKILL went out.
+                if let Some(stop) = self.stop_at
+                    && self.alive()
+                    && !self.killed_since_stop
+                {
+                    let limit = stop + ms(7000) - FINISH_MARGIN;
+                    match self.s.next_deadline() {
+                        Some(at) if at <= limit => {}
+                        other => {
+                            fail(format!("a stop at {:?} leaves {other:?} past {:?}", stop - self.t0, limit - self.t0))
+                        }
+                    }
+                }
+                if let Some(code) = self.exited {
+                    let want = match (self.last, self.stopped_asleep) {
+                        _ if !self.worker_ran => self.failed_spawn,
+                        (_, Some(sig)) => Some(Code::signal(sig)),
+                        (_, None) if self.failed_spawn.is_some() => self.failed_spawn,
+                        (Some(o), None) => Some(o.code()),
+                        (None, None) => None,
+                    };
+                    // A stop drainit began itself never ends in 0.
+                    let own_stop = self.s.record.stop.is_some_and(|s| s.reason != StopReason::Signal);
+                    let want = match want {
+                        Some(Code(0)) if own_stop => Some(Code::signal(self.s.settings.watchdog_signal)),
+                        want => want,
+                    };
+                    if Some(code) != want {
+                        fail(format!("exit {code:?}, the contract's table says {want:?}"));
+                    }
+                }
+            }
+        }
+
+        impl World {
+            fn new(settings: Settings, spawn_ok: bool) -> World {
+                let t0 = Instant::now();
+                let mut w = World {
+                    s: Supervisor::new(settings, 7),
+                    t: t0,
+                    t0,
+                    worker: None,
+                    worker_ran: false,
+                    leftovers: 0,
+                    finish: None,
+                    finish_runs: 0,
+                    next_pid: 100,
+                    stop_at: None,
+                    killed_since_stop: false,
+                    spawns_after_stop: 0,
+                    last: None,
+                    stopped_asleep: None,
+                    exited: None,
+                    failed_spawn: None,
+                    break_exec: false,
+                };
+                let mut out = Vec::new();
+                w.s.start(&mut out);
+                let answer = w.act(out.remove(0), spawn_ok, &[]);
+                if let Some(answer) = answer {
+                    w.feed(answer, spawn_ok, &[]);
+                }
+                w
+            }
+
+            /// `ext` as the loop would feed it here, if it can happen now.
+            fn step(&mut self, ext: Ext, path: &[String]) -> bool {
+                if self.exited.is_some() {
+                    return false;
+                }
+                let no_worker_but_restart_pending = matches!(self.s.phase, Phase::Sleeping)
+                    || matches!(self.s.phase, Phase::Draining { then: Then::Restart(_) });
+                let input = match ext {
+                    Ext::Term => {
+                        if self.s.record.stop.is_none() && no_worker_but_restart_pending {
+                            self.stopped_asleep = Some(SIGTERM);
+                        }
+                        Signal(SIGTERM)
+                    }
+                    Ext::Usr1 => Signal(libc::SIGUSR1),
+                    Ext::WorkerExits(_) | Ext::WorkerKilledBySignal if self.worker.is_some() => {
+                        let outcome = match ext {
+                            Ext::WorkerExits(code) => Outcome::Exited(code),
+                            _ => Outcome::Signaled(libc::SIGKILL),
+                        };
+                        self.last = Some(outcome);
+                        Reaped(self.worker.take().unwrap_or_default(), outcome)
+                    }
+                    Ext::LeaveChild
+                        if (self.worker.is_some() || self.finish.is_some())
+                            && self.leftovers == 0
+                            && !self.killed_since_stop =>
+                    {
+                        self.leftovers += 1;
+                        return true;
+                    }
+                    Ext::LeftoverDies if self.leftovers > 0 => {
+                        self.leftovers -= 1;
+                        Reaped(999, Outcome::Exited(0))
+                    }
+                    Ext::FinishExits if self.finish.is_some() => {
+                        Reaped(self.finish.take().unwrap_or_default(), Outcome::Exited(0))
+                    }
+                    Ext::Children => Children { left: self.alive() },
+                    Ext::Tick | Ext::TickLate => {
+                        let Some(at) = self.s.next_deadline() else { return false };
+                        self.t = if matches!(ext, Ext::TickLate) { at + ms(10_000) } else { at };
+                        while let Some(due) = self.s.take_due(self.t) {
+                            self.feed(due, true, path);
+                        }
+                        return true;
+                    }
+                    Ext::Ready => Notify(Note::Ready),
+                    Ext::Ping => Notify(Note::Ping),
+                    Ext::Trigger => Notify(Note::Trigger),
+                    Ext::BreakExec if !self.break_exec => {
+                        self.break_exec = true;
+                        return true;
+                    }
+                    _ => return false,
+                };
+                self.feed(input, true, path);
+                true
+            }
+        }
+
+        fn explore(w: &World, depth: usize, path: &mut Vec<String>, states: &mut u64) {
+            *states += 1;
+            if depth == 0 {
+                return;
+            }
+            for ext in ALPHABET {
+                let mut next = w.clone();
+                path.push(format!("{ext:?} at {:?}", w.t - w.t0));
+                if next.step(ext, path) {
+                    explore(&next, depth - 1, path, states);
+                }
+                path.pop();
+            }
+        }
+
+        #[test]
+        fn every_state_keeps_every_promise() {
+            let depth = std::env::var("DRAINIT_EXPLORE_DEPTH").ok().and_then(|d| d.parse().ok()).unwrap_or(DEPTH);
+            let configs: [(&str, Settings); 4] = [
+                ("plain", policy()),
+                ("stop delay, finish program", Settings { stop_delay: ms(2000), ..with_finish() }),
+                ("watchdog, finish program", Settings { finish_timeout: Some(ms(30_000)), ..watched() }),
+                ("ready timeout", Settings { watchdog_signal: SIGTERM, ..ready_gated() }),
+            ];
+            let mut total = 0;
+            for (name, settings) in configs {
+                for spawn_ok in [true, false] {
+                    let mut states = 0;
+                    explore(&World::new(settings.clone(), spawn_ok), depth, &mut Vec::new(), &mut states);
+                    eprintln!(
+                        "explored {name} (first spawn {}): {states} states, depth {depth}",
+                        if spawn_ok { "ok" } else { "fails" }
+                    );
+                    total += states;
+                }
+            }
+            eprintln!("explored {total} states in all");
+        }
     }
 }
