@@ -5,7 +5,9 @@ Meant to run under drainit (see README.md beside this file). Standard library on
 
 Subcommands:
   init    create the schema and enqueue --jobs N queued jobs
-  run     the worker: take this host's lease, work jobs one at a time, drain on SIGTERM
+  run     the worker: take this host's lease, work jobs one at a time, drain on SIGTERM;
+          with NOTIFY_SOCKET set, READY=1 once the lease is held and WATCHDOG=1 from
+          the job loop, once per turn (never from the heartbeat thread)
   release free the lease this container's worker held and requeue its running jobs,
           fenced on the token in --token-file (drainit's --finish program; idempotent)
   sweep   requeue `running` jobs whose holder's lease is stale or gone (idempotent)
