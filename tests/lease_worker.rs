@@ -133,6 +133,16 @@ fn poll_until<T>(what: &str, limit: Duration, mut f: impl FnMut() -> Option<T>) 
     }
 }
 
+/// Nothing of the test's own environment that drainit or the worker would act on: a
+/// `NOTIFY_SOCKET` of whatever runs the tests would get the worker's messages.
+fn scrub_env(c: &mut Command) {
+    for (k, _) in std::env::vars() {
+        if k.starts_with("DRAINIT_") || k.starts_with("LEASE_") || k.starts_with("WATCHDOG_") || k == "NOTIFY_SOCKET" {
+            c.env_remove(&k);
+        }
+    }
+}
+
 // ---------------------------------------------------------------------------
 // watchdog: a hung test fails instead of hanging the suite
 
@@ -240,11 +250,7 @@ impl Sandbox {
     fn python(&self) -> Command {
         let mut c = Command::new("python3");
         c.arg(worker_py());
-        for (k, _) in std::env::vars() {
-            if k.starts_with("DRAINIT_") || k.starts_with("LEASE_") {
-                c.env_remove(&k);
-            }
-        }
+        scrub_env(&mut c);
         c.current_dir(&self.dir).stdin(Stdio::null());
         c
     }
@@ -319,11 +325,7 @@ impl Sandbox {
         };
         c.args(drainit_args).arg("--").arg("python3").arg(worker_py()).arg("run");
         c.args(self.common_args()).args(worker_args);
-        for (k, _) in std::env::vars() {
-            if k.starts_with("DRAINIT_") || k.starts_with("LEASE_") {
-                c.env_remove(&k);
-            }
-        }
+        scrub_env(&mut c);
         c.envs(env.iter().map(|(k, v)| (k, v)));
         let log = fs::OpenOptions::new().create(true).append(true).open(self.log_path(n)).unwrap();
         c.current_dir(&self.dir).stdin(Stdio::null()).stdout(log.try_clone().unwrap()).stderr(log);
@@ -469,6 +471,19 @@ fn drainit_events(log: &str, name: &str) -> Vec<HashMap<String, String>> {
 fn worker_events(log: &str, name: &str) -> Vec<HashMap<String, String>> {
     let tag = format!("event={name}");
     log.lines().filter(|l| l.starts_with("lease-worker:") && l.split_whitespace().any(|w| w == tag)).map(kv).collect()
+}
+
+/// A duration as drainit logs it (`950ms`, `2s`, `2.004s`, `1m`).
+fn parse_shown(text: &str) -> Duration {
+    if let Some(ms) = text.strip_suffix("ms") {
+        Duration::from_millis(ms.parse().unwrap())
+    } else if let Some(s) = text.strip_suffix('s') {
+        Duration::from_secs_f64(s.parse().unwrap())
+    } else if let Some(m) = text.strip_suffix('m') {
+        Duration::from_secs(60 * m.parse::<u64>().unwrap())
+    } else {
+        panic!("not a duration drainit shows: {text:?}")
+    }
 }
 
 fn line_index(log: &str, pred: impl Fn(&str) -> bool) -> Option<usize> {
@@ -774,6 +789,190 @@ fn finish_releases_the_lease_of_a_worker_killed_at_the_deadline() {
     assert_eq!(release[0]["worker"], "exited:0", "log:\n{log}");
 
     assert_every_job_done_once(&sb.status(), interrupted);
+}
+
+/// 5. Issue 27: the job loop wedged in a blocking read while the heartbeat thread keeps
+///    the lease fresh: alive, holding its lease, and useless. The worker pings drainit's
+///    watchdog from its job loop only, so the pings stop with the loop. drainit, PID 1
+///    of its own namespace as in a container, stops it one interval after the last ping;
+///    the wedged loop cannot drain, so the grace deadline SIGKILLs it; the finish
+///    program, told DRAINIT_STOP_REASON=watchdog, frees the lease and requeues the job;
+///    the next "container" claims the lease at once (token + 1, no backoff although the
+///    lease was fresh and the stale threshold is 30s) and finishes. Every job is done
+///    exactly once.
+#[test]
+fn watchdog_stops_a_wedged_job_loop_and_finish_releases_its_lease() {
+    // SAFETY: geteuid has no preconditions.
+    assert_eq!(unsafe { libc::geteuid() }, 0, "this scenario needs root (unshare --pid)");
+    // A job is 3 steps of 100ms: the interval leaves a wide margin over one turn of the
+    // job loop, so only the wedge can miss a ping.
+    const INTERVAL: Duration = Duration::from_secs(2);
+    const GRACE: Duration = Duration::from_secs(1);
+    const WEDGE_AT: u32 = 3;
+    let sb = Sandbox::new("watchdog", "30s", JOBS);
+    let finish = release_script();
+    let drainit_args = [
+        "--watchdog",
+        "2s",
+        "--ready-timeout",
+        "10s",
+        "--grace",
+        "1s",
+        "--orchestrator-timeout",
+        "5s",
+        "--finish",
+        finish.as_str(),
+    ];
+    let worker_args = ["--heartbeat", "300ms", "--step", "100ms", "--steps", "3"];
+    let env = sb.lease_env();
+    let mut wedge_env = env.clone();
+    wedge_env.push(("LEASE_WEDGE_AT_JOB".into(), WEDGE_AT.to_string()));
+    let mut unshare = sb.spawn_env(1, true, &drainit_args, &worker_args, &wedge_env);
+
+    // Watch the log and note when each milestone first shows (within one poll).
+    let milestones = [
+        "lease-worker: event=wedged ",
+        "drainit: event=watchdog_expired ",
+        "drainit: event=child_exited ",
+        "drainit: event=exit ",
+    ];
+    let mut seen: HashMap<&str, Instant> = HashMap::new();
+    let mut lease_during_wedge = None;
+    let end = Instant::now() + Duration::from_secs(30);
+    let st = loop {
+        let log = sb.read_log(1);
+        for m in milestones {
+            if log.contains(m) {
+                seen.entry(m).or_insert_with(Instant::now);
+            }
+        }
+        // Between the expiry and the deadline kill: the job loop has been wedged for a
+        // whole interval, and the heartbeat thread is still renewing the lease.
+        if lease_during_wedge.is_none() && seen.contains_key(milestones[1]) && !seen.contains_key(milestones[2]) {
+            lease_during_wedge = Some(sb.status());
+        }
+        if let Some(st) = unshare.try_wait().expect("try_wait") {
+            break st;
+        }
+        if Instant::now() >= end {
+            send(unshare.id(), libc::SIGKILL);
+            panic!("drainit still running 30s after its start; log:\n{}", sb.read_log(1));
+        }
+        thread::sleep(POLL);
+    };
+    let exited_at = Instant::now();
+    let log = sb.read_log(1);
+    let at = |m: &str| *seen.get(m).unwrap_or_else(|| panic!("no {m:?} seen; log:\n{log}"));
+    let (wedged_at, expired_at, reaped_at) = (at(milestones[0]), at(milestones[1]), at(milestones[2]));
+    assert_eq!(code_of(st), 137, "the wedged worker dies at the grace deadline; log:\n{log}");
+    sb.assert_nothing_left("after drainit and its finish program exited");
+
+    let claimed = worker_events(&log, "lease_claimed");
+    assert_eq!(claimed.len(), 1, "log:\n{log}");
+    let token: u32 = claimed[0]["token"].parse().unwrap();
+    let wedged = worker_events(&log, "wedged");
+    assert_eq!(wedged.len(), 1, "log:\n{log}");
+    assert_eq!(wedged[0]["nth"], WEDGE_AT.to_string(), "log:\n{log}");
+    let wedged_job: u32 = wedged[0]["job"].parse().unwrap();
+    assert_eq!(worker_events(&log, "job_done").len(), WEDGE_AT as usize - 1, "log:\n{log}");
+    assert_eq!(drainit_events(&log, "ready").len(), 1, "READY=1 once the lease is held; log:\n{log}");
+    assert!(drainit_events(&log, "ready_timeout").is_empty(), "log:\n{log}");
+
+    // The heartbeat thread went on: a heartbeat came after the loop had been wedged for
+    // an interval (the heartbeat is 300ms; the stale threshold is 30s).
+    let s = lease_during_wedge.unwrap_or_else(|| panic!("no status between expiry and kill; log:\n{log}"));
+    assert_eq!(s.running, 1, "{s:?}");
+    assert_eq!(s.leases[0]["state"], "fresh", "{s:?}");
+    let age: f64 = s.leases[0]["age"].trim_end_matches('s').parse().unwrap();
+    assert!(age < 1.0, "the heartbeat thread should still renew the lease while the loop is wedged: {s:?}");
+
+    // The last ping is the one of the turn that claimed the wedged job (its STATUS says
+    // so); the heartbeat thread never pinged, so the watchdog expired one interval later.
+    let expired = drainit_events(&log, "watchdog_expired");
+    assert_eq!(expired.len(), 1, "log:\n{log}");
+    let e = &expired[0];
+    assert_eq!(e["interval"], "2s", "log:\n{log}");
+    assert_eq!(e["signal"], "SIGTERM", "log:\n{log}");
+    assert_eq!(e["status"], format!("job={wedged_job}"), "the last STATUS= came with the last ping; log:\n{log}");
+    let since = parse_shown(&e["since"]);
+    assert!(
+        since >= INTERVAL && since < INTERVAL + Duration::from_millis(500),
+        "expired {since:?} after the last ping (interval {INTERVAL:?}); log:\n{log}"
+    );
+    // The same from outside: the wedge line follows the last ping by the claim's few
+    // milliseconds, and each milestone is seen within one poll.
+    let slack = Duration::from_millis(300);
+    let to_expiry = expired_at - wedged_at;
+    assert!(
+        to_expiry + slack >= INTERVAL && to_expiry <= INTERVAL + Duration::from_millis(1500),
+        "wedge to watchdog_expired took {to_expiry:?}; log:\n{log}"
+    );
+    let to_reap = reaped_at - wedged_at;
+    assert!(
+        to_reap + slack >= INTERVAL + GRACE && to_reap <= INTERVAL + GRACE + Duration::from_millis(1500),
+        "wedge to the worker's death took {to_reap:?} (interval + grace = {:?}); log:\n{log}",
+        INTERVAL + GRACE
+    );
+    assert_eq!(drainit_events(&log, "deadline_reached").len(), 1, "log:\n{log}");
+    let died = drainit_events(&log, "child_exited");
+    assert_eq!(died.len(), 1, "no restart after a watchdog stop; log:\n{log}");
+    assert_eq!(died[0].get("signal").map(String::as_str), Some("SIGKILL"), "log:\n{log}");
+    assert!(worker_events(&log, "exit").is_empty(), "a wedged loop cannot drain; log:\n{log}");
+    let exit = drainit_events(&log, "exit");
+    assert_eq!(exit.last().map(|e| e["code"].as_str()), Some("137"), "log:\n{log}");
+
+    // The finish program knows why, and frees the lease at once.
+    let release = worker_events(&log, "release");
+    assert_eq!(release.len(), 1, "log:\n{log}");
+    let r = &release[0];
+    assert_eq!(r["outcome"], "released", "log:\n{log}");
+    assert_eq!(r["requeued"], "1", "log:\n{log}");
+    assert_eq!(r["token"], token.to_string(), "log:\n{log}");
+    assert_eq!(r["stop_reason"], "watchdog", "log:\n{log}");
+    assert_eq!(r["worker"], "signal:SIGKILL", "log:\n{log}");
+    assert_eq!(r["deadline_reached"], "1", "log:\n{log}");
+    assert_eq!(r["status_text"], format!("job={wedged_job}"), "log:\n{log}");
+    let i = |pat: &str| line_index(&log, |l| l.contains(pat)).unwrap_or_else(|| panic!("no {pat}; log:\n{log}"));
+    assert!(i("drainit: event=watchdog_expired") < i("drainit: event=deadline_reached"), "log:\n{log}");
+    assert!(i("drainit: event=child_exited") < i("drainit: event=finish_started"), "log:\n{log}");
+    assert!(i("drainit: event=finish_started") < i("lease-worker: event=release"), "log:\n{log}");
+    assert!(i("drainit: event=finish_exited") < i("drainit: event=exit"), "log:\n{log}");
+    let s = sb.status();
+    assert_eq!(s.running, 0, "released at once, not after the 30s stale threshold: {s:?}");
+    assert_eq!(s.done, WEDGE_AT - 1, "{s:?}");
+    assert_eq!(s.leases[0]["state"], "released", "{s:?}");
+    assert!(!sb.token_file().exists(), "release removes the token file it acted on");
+    eprintln!(
+        "[watchdog] wedge -> watchdog_expired {to_expiry:?} (since={}), -> worker killed {to_reap:?}, \
+         -> drainit exited {:?}",
+        e["since"],
+        exited_at - wedged_at
+    );
+
+    // The next "container", not wedged, under the same watchdog: the lease at once.
+    let t0 = Instant::now();
+    let mut unshare = sb.spawn_env(2, true, &drainit_args, &worker_args, &env);
+    let st = wait_exit(&mut unshare, Duration::from_secs(20))
+        .unwrap_or_else(|| panic!("the new run did not finish in 20s; log:\n{}", sb.read_log(2)));
+    let took = t0.elapsed();
+    let log = sb.read_log(2);
+    assert_eq!(code_of(st), 0, "new drainit {st:?}; log:\n{log}");
+    sb.assert_nothing_left("after the new run");
+    assert!(drainit_events(&log, "backoff").is_empty(), "the released lease needs no backoff; log:\n{log}");
+    assert!(worker_events(&log, "lease_busy").is_empty(), "log:\n{log}");
+    assert_eq!(drainit_events(&log, "child_started").len(), 1, "log:\n{log}");
+    assert!(drainit_events(&log, "watchdog_expired").is_empty(), "a healthy loop pings in time; log:\n{log}");
+    let claimed = worker_events(&log, "lease_claimed");
+    assert_eq!(claimed.len(), 1, "claimed, not reclaimed after going stale; log:\n{log}");
+    assert_eq!(claimed[0]["previous"], "released", "log:\n{log}");
+    assert_eq!(claimed[0]["token"], (token + 1).to_string(), "log:\n{log}");
+    assert_eq!(claimed[0]["requeued"], "0", "release had requeued the job already; log:\n{log}");
+    let release = worker_events(&log, "release");
+    assert_eq!(release.len(), 1, "log:\n{log}");
+    assert_eq!(release[0]["outcome"], "nothing_held", "log:\n{log}");
+    assert_eq!(release[0]["stop_reason"], "none", "log:\n{log}");
+    assert_every_job_done_once(&sb.status(), wedged_job);
+    eprintln!("[watchdog] the new run took {took:?}");
 }
 
 /// `release` is fenced on the token in its token file, so it never frees a lease a

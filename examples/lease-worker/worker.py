@@ -5,7 +5,9 @@ Meant to run under drainit (see README.md beside this file). Standard library on
 
 Subcommands:
   init    create the schema and enqueue --jobs N queued jobs
-  run     the worker: take this host's lease, work jobs one at a time, drain on SIGTERM
+  run     the worker: take this host's lease, work jobs one at a time, drain on SIGTERM;
+          with NOTIFY_SOCKET set, READY=1 once the lease is held and WATCHDOG=1 from
+          the job loop, once per turn (never from the heartbeat thread)
   release free the lease this container's worker held and requeue its running jobs,
           fenced on the token in --token-file (drainit's --finish program; idempotent)
   sweep   requeue `running` jobs whose holder's lease is stale or gone (idempotent)
@@ -142,6 +144,45 @@ class Tx:
         return False
 
 
+class Notifier:
+    """systemd's notify protocol, the sending side: one datagram per message to
+    $NOTIFY_SOCKET (drainit's, with --watchdog/--ready-timeout/--ready-file; or
+    systemd's). Without the variable every send is a no-op."""
+
+    def __init__(self):
+        self.addr = os.environ.get("NOTIFY_SOCKET") or None
+        self.sock = None
+        self._failed = False
+        if self.addr is None:
+            return
+        if self.addr.startswith("@"):
+            # An abstract socket name: '@' stands for the leading NUL byte.
+            self.addr = "\0" + self.addr[1:]
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC)
+        # A receiver that stops reading must not hang the job loop for good: a ping
+        # that cannot go out is a missed ping, which the watchdog is there to see.
+        self.sock.settimeout(1.0)
+
+    def send(self, *assignments):
+        if self.sock is None:
+            return
+        try:
+            self.sock.sendto("\n".join(assignments).encode(), self.addr)
+        except OSError as e:
+            if not self._failed:
+                self._failed = True
+                log("notify_failed", socket=os.environ.get("NOTIFY_SOCKET"), error=str(e))
+
+
+def wedge_forever():
+    """Block for good in a read nobody answers: a pipe whose write end we keep open.
+    A signal interrupts the read, its handler only sets the shutdown token, and the
+    read resumes (PEP 475): a stop signal cannot free the job loop, only SIGKILL can."""
+    r, _w = os.pipe()  # plain fds: nothing closes _w behind our back
+    while True:
+        os.read(r, 1)
+
+
 class Shutdown:
     """The shutdown token: set by a signal handler or by the heartbeat thread.
 
@@ -250,6 +291,10 @@ def build_parser():
     pr.add_argument("--long-step", action="store_true", default=env_flag("LEASE_LONG_STEP"),
                     help="misbehave: do each job as one long step (step*steps) that never "
                          "checks the shutdown token [LEASE_LONG_STEP=1]")
+    pr.add_argument("--wedge-at-job", type=int, default=int(env("LEASE_WEDGE_AT_JOB", "0")),
+                    help="misbehave: after claiming its Nth job, block the job loop for good in "
+                         "a read nobody answers, while the heartbeat thread goes on renewing "
+                         "the lease (for drainit's --watchdog) [LEASE_WEDGE_AT_JOB, default 0 = never]")
 
     sub.add_parser("release", parents=[common],
                    help="free the lease this container's worker held (fenced on its token) and "
@@ -276,6 +321,8 @@ def parse_args(argv):
                                  f"threshold ({a.stale}s)")
             if a.steps < 1:
                 raise ValueError("--steps must be >= 1")
+            if a.wedge_at_job < 0:
+                raise ValueError("--wedge-at-job must be >= 0")
     except ValueError as e:
         p.error(str(e))
     if a.token_file is None:
@@ -423,7 +470,10 @@ def cmd_release(a):
         print(f"{PROG}: error: release frees the lease of a worker that must be provably gone: "
               "run it as drainit's --finish program (DRAINIT_WORKER_STATUS is not set)", file=sys.stderr)
         return 2
-    ctx = {"worker": status, "deadline_reached": os.environ.get("DRAINIT_DEADLINE_REACHED", "-")}
+    ctx = {"worker": status, "deadline_reached": os.environ.get("DRAINIT_DEADLINE_REACHED", "-"),
+           "stop_reason": os.environ.get("DRAINIT_STOP_REASON", "-")}
+    if "DRAINIT_WORKER_STATUS_TEXT" in os.environ:
+        ctx["status_text"] = os.environ["DRAINIT_WORKER_STATUS_TEXT"]
     try:
         held = read_token_file(a.token_file)
     except (OSError, ValueError) as e:
@@ -478,6 +528,7 @@ class Worker:
         self.conn = connect(a.db)
         self.conn.executescript(SCHEMA)
         self.shutdown = Shutdown()
+        self.notify = Notifier()
         self.lease_lost = False
         self._hb_stop = threading.Event()
         self._stop_logged = False
@@ -627,7 +678,8 @@ class Worker:
             stale=humantime(a.stale), heartbeat=humantime(a.heartbeat),
             step=humantime(a.step), steps=a.steps,
             **({"ignore_sigterm": 1} if a.ignore_sigterm else {}),
-            **({"long_step": 1} if a.long_step else {}))
+            **({"long_step": 1} if a.long_step else {}),
+            **({"wedge_at_job": a.wedge_at_job} if a.wedge_at_job else {}))
 
         # Whatever an earlier attempt left there names a token older than any we take now.
         remove_file(a.token_file)
@@ -650,13 +702,21 @@ class Worker:
 
         hb = threading.Thread(target=self.heartbeat_loop, name="heartbeat", daemon=True)
         hb.start()
+        # Ready only now: a worker that backs off (exit 75) above never was.
+        self.notify.send("READY=1", "STATUS=in_flight=0")
 
         in_flight = None
         done = 0
+        claimed = 0
         while True:
             if self.shutdown.is_set():
                 break
             job = self.claim()
+            # The watchdog's ping, once per turn of this loop and from nowhere else
+            # (never from the heartbeat thread): it says that jobs are being taken and
+            # finished, not merely that the process is alive. The loop's longest honest
+            # turn is one job (or one poll), so --watchdog goes above that.
+            self.notify.send("WATCHDOG=1", f"STATUS=job={job[0]}" if job else "STATUS=in_flight=0")
             if job is None:
                 if not self.still_holds():
                     self.lease_lost = True
@@ -669,7 +729,11 @@ class Worker:
                 break
             job_id, attempts = job
             in_flight = job_id
+            claimed += 1
             log("job_started", job=job_id, attempt=attempts, token=self.token)
+            if claimed == a.wedge_at_job:
+                log("wedged", job=job_id, nth=claimed)
+                wedge_forever()
             if not self.work(job_id):
                 break
             if self.mark_done(job_id):
@@ -683,6 +747,8 @@ class Worker:
                 log("job_fenced", job=job_id, token=self.token)
                 break
         self.note_stop()
+        # Leaving the loop: no more pings, and none are owed (the watchdog is disarmed).
+        self.notify.send("STOPPING=1")
 
         self._hb_stop.set()
         hb.join(timeout=5)
