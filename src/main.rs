@@ -141,6 +141,7 @@ fn run(args: Vec<OsString>) -> ! {
         private,
         ready_file,
         outer,
+        worker_vars: notifying,
         worker,
         finish,
         retry_after,

@@ -422,7 +422,15 @@ impl Supervisor {
             _ => None,
         };
         match note {
-            Note::Status(text) if self.record.status.as_deref() != Some(text.as_str()) => {
+            // The worker's status: the finish program's is not (it runs
+            // in its own session, after the worker).
+            Note::Status(text)
+                if self.record.status.as_deref() != Some(text.as_str())
+                    && !matches!(
+                        self.phase,
+                        Phase::StartingFinish | Phase::Finishing { .. } | Phase::Draining { then: Then::Exit }
+                    ) =>
+            {
                 out.push(Action::Log(Event::Status { status: text.clone() }));
                 if self.settings.outer {
                     out.push(Action::Tell(Tell::Status(text.clone())));

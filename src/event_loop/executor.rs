@@ -23,6 +23,10 @@ const KILL_WALKS: usize = 3;
 /// The variable that tells the worker which attempt it is.
 const ATTEMPT_VAR: &str = "DRAINIT_ATTEMPT";
 
+/// Variables drainit sets for the worker that the finish program must not
+/// take for its own (a dead worker's notify socket, its pid).
+const FINISH_UNSET: [&str; 3] = ["NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID"];
+
 /// What carrying out one action led to.
 pub enum Done {
     Nothing,
@@ -42,6 +46,8 @@ pub struct Executor {
     pub ready_file: Option<SafeFile>,
     /// The notify socket drainit was given itself (Podman, systemd).
     pub outer: Option<Outer>,
+    /// drainit set NOTIFY_SOCKET (and the watchdog's variables) for the worker.
+    pub worker_vars: bool,
     pub termination_log: Option<PathBuf>,
     pub custody: Custody,
     /// Our pid as /proc names it, when /proc belongs to our PID namespace.
@@ -57,6 +63,12 @@ impl Executor {
                 self.spawn(false)
             }
             Action::SpawnFinish(record) => {
+                // What drainit set for the worker alone.
+                for key in FINISH_UNSET {
+                    if std::env::var_os(key).is_some() && self.worker_vars {
+                        sys::unset_env(key);
+                    }
+                }
                 for (key, value) in record.finish_vars() {
                     sys::set_env(key, value.as_ref());
                 }
