@@ -477,3 +477,75 @@ per_mode! {
         assert_eq!(run.stdout().trim(), "unset unset set", "{mode:?}: {}", run.log());
     }
 }
+
+// More of the messages: WATCHDOG=trigger, WATCHDOG_USEC=N, STOPPING=1, the
+// watchdog signal through --rewrite, and what the outer socket is told.
+per_mode! {
+    fn trigger_expires_now(mode) {
+        let script = format!("{} || exit 9; exec sleep 60", notify("WATCHDOG=trigger"));
+        let mut run = drainit(mode, args(&opts(&["--watchdog", "20s"]), &script)).spawn();
+        let ended = run.wait(secs(15));
+        assert_eq!(ended.code, Some(143), "{mode:?}: {}", run.log());
+        assert_eq!(run.count_events("watchdog_expired"), 1, "{}", run.log());
+        assert!(ended.after < secs(5), "{mode:?}: trigger expired after {:?}", ended.after);
+    }
+}
+
+per_mode! {
+    fn watchdog_usec_sets_the_interval(mode) {
+        let script = format!("{} || exit 9; exec sleep 60", notify("WATCHDOG_USEC=1000000"));
+        let mut run = drainit(mode, args(&opts(&["--watchdog", "20s"]), &script)).spawn();
+        let ended = run.wait(secs(15));
+        let log = run.log();
+        assert_eq!(ended.code, Some(143), "{mode:?}: {log}");
+        let ev = run.event("watchdog_expired").unwrap_or_else(|| panic!("{log}"));
+        assert_eq!(ev.get("interval"), Some("1s"), "{log}");
+        assert!(ended.after < secs(6), "{mode:?}: expired after {:?}", ended.after);
+    }
+}
+
+per_mode! {
+    fn stopping_disarms_the_watchdog(mode) {
+        let dir = Scratch::new("wd-stopping");
+        let ready = dir.path("ready");
+        let script = format!("{} && {} || exit 9; sleep 2.5; exit 3", notify("READY=1"), notify("STOPPING=1"));
+        let o = opts(&["--watchdog", "1s", "--ready-file", &path_str(&ready)]);
+        let mut run = drainit(mode, args(&o, &script)).spawn();
+        let not_ready = run.wait_event("not_ready", secs(10)).unwrap_or_else(|| panic!("{mode:?}: {}", run.log()));
+        assert_eq!(not_ready.get("reason"), Some("stopping"), "{}", run.log());
+        assert!(!ready.exists(), "{}", run.log());
+        let ended = run.wait(secs(15));
+        assert_eq!(ended.code, Some(3), "{mode:?}: {}", run.log());
+        assert_eq!(run.count_events("watchdog_expired"), 0, "{mode:?}: STOPPING=1 disarms it: {}", run.log());
+    }
+}
+
+per_mode! {
+    fn the_watchdog_signal_goes_through_rewrite(mode) {
+        let dir = Scratch::new("wd-rewrite");
+        let script = format!(
+            "ulimit -c 0; trap 'touch \"{}\"; exit 0' QUIT; trap 'touch \"{}\"; exit 0' TERM; while :; do sleep 0.1; done",
+            dir.path("quit").display(),
+            dir.path("term").display()
+        );
+        let mut run = drainit(mode, args(&opts(&["--watchdog", "1s", "--rewrite", "TERM:QUIT"]), &script)).spawn();
+        let ended = run.wait(secs(15));
+        assert_ne!(ended.code, Some(0), "{mode:?}: {}", run.log());
+        assert!(dir.exists("quit") && !dir.exists("term"), "{mode:?}: the worker got SIGTERM, not the rewritten SIGQUIT: {}", run.log());
+    }
+}
+
+per_mode! {
+    fn the_outer_socket_hears_status_and_pings(mode) {
+        let dir = Scratch::new("wd-outer2");
+        let outer = dir.path("outer");
+        let socket = UnixDatagram::bind(&outer).unwrap();
+        let script = format!("{} && {} || exit 9; exec sleep 60", notify("STATUS=hi"), notify("WATCHDOG=1"));
+        let mut run = drainit(mode, args(&opts(&["--watchdog", "20s"]), &script)).env("NOTIFY_SOCKET", &outer).spawn();
+        let mut seen = Vec::new();
+        assert!(receive_line(&socket, "STATUS=hi", &mut seen), "{mode:?}: {seen:?}: {}", run.log());
+        assert!(receive_line(&socket, "WATCHDOG=1", &mut seen), "{mode:?}: {seen:?}: {}", run.log());
+        run.signal(libc::SIGTERM);
+        assert_eq!(run.wait(secs(15)).code, Some(143), "{}", run.log());
+    }
+}
