@@ -42,10 +42,10 @@ extern "C" fn main(argc: libc::c_int, argv: *const *const libc::c_char) -> libc:
 
 /// drainit's allocator. Start-up (clap building and matching its command,
 /// mostly) is a burst of allocations that musl's allocator serves with an
-/// mmap and a munmap per size class and growth step, about twenty syscalls
-/// per start. They are bumped from an arena in .bss instead (no syscall; no
-/// file size, .bss is zero pages until touched); what it cannot hold goes to
-/// the system allocator. Memory freed in the arena is not reused, so its
+/// mmap and a munmap per size class and growth step: a third of drainit's
+/// start-up syscalls (measured: bench/RESULTS.md). They are bumped from an
+/// arena in .bss instead (no syscall; no file size, .bss is zero pages until
+/// touched); what it cannot hold goes to the system allocator. Memory freed in the arena is not reused, so its
 /// cost is bounded by ARENA, sized to hold what start-up allocates (most of
 /// it still in use afterwards); the loop's few allocations (error texts,
 /// signal names in log lines) take the rest until it is full.
