@@ -72,7 +72,7 @@ pub enum Assignment<'a> {
 pub enum Reject {
     /// More than MAX_MESSAGE bytes.
     TooLong,
-    /// A NUL byte anywhere but at the very end.
+    /// A NUL byte anywhere.
     NulByte,
     /// The kernel attached no sender credentials.
     NoCredentials,
@@ -106,22 +106,19 @@ impl Reject {
 }
 
 /// Check a message whole (length, NUL bytes), then read its assignments
-/// lazily, borrowing from `bytes`: nothing is allocated. One trailing NUL is
-/// accepted, as systemd accepts it (C clients that send `sizeof` a literal).
+/// lazily, borrowing from `bytes`: nothing is allocated. A NUL byte
+/// anywhere drops the message, as the contract says (systemd itself
+/// forgives one at the very end).
 /// Lines are split at `\n` and, as systemd splits them, `\r`; empty lines
 /// are skipped.
 pub fn parse(bytes: &[u8]) -> Result<Assignments<'_>, Reject> {
     if bytes.len() > MAX_MESSAGE {
         return Err(Reject::TooLong);
     }
-    let body = match bytes.split_last() {
-        Some((0, rest)) => rest,
-        _ => bytes,
-    };
-    if body.contains(&0) {
+    if bytes.contains(&0) {
         return Err(Reject::NulByte);
     }
-    Ok(Assignments { rest: body })
+    Ok(Assignments { rest: bytes })
 }
 
 /// The assignments of a checked message, in the order they were sent.
@@ -430,10 +427,10 @@ mod tests {
         let cases: &[(&[u8], Parsed<'_>)] = &[
             (b"READY=1", Ok(vec![Ready])),
             (b"READY=1\n", Ok(vec![Ready])),
-            (b"READY=1\0", Ok(vec![Ready])),
+            (b"READY=1\0", Err(Reject::NulByte)),
             (b"READY=1\0\0", Err(Reject::NulByte)),
             (b"READY=\x001", Err(Reject::NulByte)),
-            (b"\0", Ok(vec![])),
+            (b"\0", Err(Reject::NulByte)),
             (b"", Ok(vec![])),
             (b"\n\n", Ok(vec![])),
             (b"READY=1\r\nSTATUS=a b\r\n", Ok(vec![Ready, Status("a b")])),
