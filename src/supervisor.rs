@@ -229,6 +229,8 @@ pub struct Supervisor {
     watch: Watch,
     /// The watchdog interval of this attempt (`WATCHDOG_USEC=` changes it).
     interval: Duration,
+    /// The last ping, or the arming (`watchdog_expired`'s `since`).
+    pinged: Option<Instant>,
 }
 
 impl Supervisor {
@@ -247,6 +249,7 @@ impl Supervisor {
             told_ready: false,
             watch: Watch::Off,
             interval: settings.watchdog.unwrap_or_default(),
+            pinged: None,
             settings,
         }
     }
@@ -497,17 +500,13 @@ impl Supervisor {
 
     fn arm_watchdog(&mut self, now: Instant) {
         self.watch = Watch::On;
+        self.pinged = Some(now);
         self.timers.arm(Timer::Watchdog, now + self.interval);
     }
 
-    /// Time since the last ping (or the arming): the watchdog's deadline is
-    /// always that instant plus the interval.
+    /// Time since the last ping, or the arming.
     fn since_ping(&self, now: Instant) -> Duration {
-        match self.timers.get(Timer::Watchdog) {
-            Some(at) if at >= now => self.interval.saturating_sub(at - now),
-            Some(at) => now - at + self.interval,
-            None => self.interval,
-        }
+        self.pinged.map_or(self.interval, |t| now.saturating_duration_since(t))
     }
 
     /// The ready file goes: a stop, `RELOADING=1`, `STOPPING=1`, an exit.
@@ -520,10 +519,6 @@ impl Supervisor {
     /// The watchdog or the ready timeout stops the worker: its signal at
     /// once (no stop delay), then everything a stop does.
     fn expire(&mut self, reason: StopReason, now: Instant, out: &mut Vec<Action>) {
-        // For `since`: the deadline that passed, as if still armed.
-        if reason == StopReason::Watchdog && !self.timers.is_armed(Timer::Watchdog) {
-            self.timers.arm(Timer::Watchdog, now);
-        }
         self.first_stop(self.settings.watchdog_signal, reason, now, out);
     }
 
@@ -616,9 +611,10 @@ impl Supervisor {
                 let late = now.saturating_duration_since(at);
                 if late > self.interval {
                     out.push(Action::Log(Event::WatchdogLate { late }));
-                    self.arm_watchdog(now);
+                    // A fresh interval, not a ping: `since` still counts
+                    // from the last one.
+                    self.timers.arm(Timer::Watchdog, now + self.interval);
                 } else {
-                    self.timers.arm(Timer::Watchdog, at);
                     self.expire(StopReason::Watchdog, now, out);
                 }
             }
@@ -1565,6 +1561,17 @@ mod tests {
         let out = st.actions(1400, Children { left: false });
         let [_, Action::Exit(record)] = out.as_slice() else { panic!("{out:?}") };
         assert!(record.to_string().ends_with("attempts=1 reason=watchdog status=\"job=7\""), "{record}");
+    }
+
+    #[test]
+    fn after_a_late_grant_since_still_counts_from_the_last_ping() {
+        let mut st = Story::new(watched());
+        st.feed(0, Spawned(W));
+        st.feed(300, note(Note::Ping));
+        assert_eq!(st.feed(3000, Tick), ["log watchdog_late"], "due at 1300, drainit ran at 3000");
+        let out = st.actions(4000, Tick);
+        let Action::Log(Event::WatchdogExpired { since, .. }) = &out[0] else { panic!("{out:?}") };
+        assert_eq!(*since, ms(3700));
     }
 
     #[test]
