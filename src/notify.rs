@@ -556,16 +556,16 @@ mod tests {
         })]
 
         /// Whatever the bytes, the parser answers (no panic), and refuses
-        /// exactly what is too long or holds a NUL before its last byte.
+        /// exactly what is too long or holds a NUL byte anywhere.
         #[test]
         fn arbitrary_bytes_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..5000)) {
             let got = all(&bytes);
-            let inner_nul = bytes.split_last().is_some_and(|(_, rest)| rest.contains(&0));
+            let nul = bytes.contains(&0);
             match got {
                 Err(Reject::TooLong) => prop_assert!(bytes.len() > MAX_MESSAGE),
-                Err(Reject::NulByte) => prop_assert!(bytes.len() <= MAX_MESSAGE && inner_nul),
+                Err(Reject::NulByte) => prop_assert!(bytes.len() <= MAX_MESSAGE && nul),
                 Err(other) => prop_assert!(false, "{:?}", other),
-                Ok(_) => prop_assert!(bytes.len() <= MAX_MESSAGE && !inner_nul),
+                Ok(_) => prop_assert!(bytes.len() <= MAX_MESSAGE && !nul),
             }
         }
 
