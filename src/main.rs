@@ -135,7 +135,7 @@ fn run(args: Vec<OsString>) -> ! {
         _ => Senders::Descendants { me, proc_is_ours: proc_self.is_some() },
     };
     let watchdog_pid = notify.is_some() && config.watchdog.is_some();
-    let mut supervisor = Supervisor::new(settings(config, finish.is_some(), outer.is_some()), seed(me));
+    let mut supervisor = Supervisor::new(settings(config, finish.is_some(), notify.is_some(), outer.is_some()), seed(me));
     let mut exec = Executor {
         spawner: Spawner::new(take_tty, watchdog_pid),
         private,
@@ -198,8 +198,10 @@ fn readiness(config: &Config, private: Option<&PrivateDir>) -> (Option<NotifySoc
     (Some(socket), outer)
 }
 
-/// What the lifecycle needs of the configuration.
-fn settings(config: Config, finish: bool, outer: bool) -> Settings {
+/// What the lifecycle needs of the configuration. Without a notify socket
+/// (no private directory could be made: warned already) the worker cannot
+/// ping nor say it is ready, so neither timer may stop it.
+fn settings(config: Config, finish: bool, socket: bool, outer: bool) -> Settings {
     Settings {
         grace: config.grace,
         orchestrator_timeout: config.orchestrator_timeout,
@@ -208,8 +210,8 @@ fn settings(config: Config, finish: bool, outer: bool) -> Settings {
         stop_delay: config.stop_delay,
         finish_timeout: finish.then_some(config.finish_timeout),
         remap: config.remap,
-        watchdog: config.watchdog,
-        ready_timeout: config.ready_timeout,
+        watchdog: config.watchdog.filter(|_| socket),
+        ready_timeout: config.ready_timeout.filter(|_| socket),
         watchdog_signal: config.watchdog_signal,
         outer,
     }
