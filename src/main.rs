@@ -135,7 +135,8 @@ fn run(args: Vec<OsString>) -> ! {
         _ => Senders::Descendants { me, proc_is_ours: proc_self.is_some() },
     };
     let watchdog_pid = notify.is_some() && config.watchdog.is_some();
-    let mut supervisor = Supervisor::new(settings(config, finish.is_some(), notify.is_some(), outer.is_some()), seed(me));
+    let mut supervisor =
+        Supervisor::new(settings(config, finish.is_some(), notify.is_some(), outer.is_some()), seed(me));
     let mut exec = Executor {
         spawner: Spawner::new(take_tty, watchdog_pid),
         private,
