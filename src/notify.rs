@@ -169,18 +169,30 @@ fn usec(v: &[u8]) -> Option<u64> {
 }
 
 /// One datagram, as `NotifySocket::drain` read it. Its descriptors, if it
-/// carried any, are closed already.
+/// carried any, are closed once `each` has returned.
 #[derive(Clone, Debug)]
 pub struct Message<'a> {
     /// The sender's pid as the kernel translated it into drainit's PID
     /// namespace (0: the sender is outside it); None without credentials.
     pub pid: Option<i32>,
-    /// How many descriptors came with it (all closed).
+    /// How many descriptors came with it (all closed right after).
     #[allow(dead_code, reason = "read by the tests; the loop only closes them")]
     pub fds: usize,
     /// Its assignments, or why it is dropped. The sender is not checked
     /// here: see `check_sender`.
     pub body: Result<Assignments<'a>, Reject>,
+}
+
+impl<'a> Message<'a> {
+    /// Its assignments, if its sender may notify (`may` judges a pid, as
+    /// `check_sender`). The message's own faults come first: they need no
+    /// /proc, and a sender that sent a bad message and exited is told by
+    /// what was wrong with it, not by its absence.
+    pub fn judged(self, may: impl FnOnce(i32) -> Result<(), Reject>) -> Result<Assignments<'a>, Reject> {
+        let assignments = self.body?;
+        may(self.pid.ok_or(Reject::NoCredentials)?)?;
+        Ok(assignments)
+    }
 }
 
 /// drainit's notify socket: datagrams, non-blocking, close-on-exec, bound at
@@ -214,13 +226,16 @@ impl NotifySocket {
     /// one in the order they came. Returns whether it stopped at `max` (more
     /// may be waiting: a sender that floods the socket cannot hold the loop).
     /// Descriptors arrive close-on-exec (MSG_CMSG_CLOEXEC: none reaches a
-    /// child, even for a moment) and are closed before `each` runs, which
-    /// answers a sender's `BARRIER=1`. Nothing is allocated per datagram
-    /// unless it carries descriptors.
+    /// child, even for a moment) and are closed right after `each` returns,
+    /// which answers a sender's `BARRIER=1`. Not before: a sender waiting on
+    /// its barrier is then still alive while `each` checks who it is (closed
+    /// first, it could exit and be judged gone). Nothing is allocated per
+    /// datagram unless it carries descriptors.
     pub fn drain(&mut self, max: usize, mut each: impl FnMut(Message<'_>)) -> nix::Result<bool> {
         let flags = MsgFlags::MSG_CMSG_CLOEXEC | MsgFlags::MSG_DONTWAIT;
         for _ in 0..max {
-            let (len, got, pid, fds) = {
+            let mut held = Vec::new();
+            let (len, got, pid) = {
                 let mut iov = [IoSliceMut::new(&mut self.data[..])];
                 let msg = match recvmsg::<()>(self.fd.as_raw_fd(), &mut iov, Some(&mut self.control.0), flags) {
                     Ok(msg) => msg,
@@ -228,22 +243,16 @@ impl NotifySocket {
                     Err(Errno::EAGAIN) => return Ok(false),
                     Err(e) => return Err(e),
                 };
-                let (mut pid, mut fds) = (None, 0);
+                let mut pid = None;
                 // Err only on MSG_CTRUNC, which the buffer's size rules out.
                 for cmsg in msg.cmsgs().into_iter().flatten() {
                     match cmsg {
                         ControlMessageOwned::ScmCredentials(cred) => pid = Some(cred.pid()),
-                        ControlMessageOwned::ScmRights(received) => {
-                            fds += received.len();
-                            for fd in received {
-                                // Closed whatever close reports (EINTR too, on Linux).
-                                let _ = nix::unistd::close(fd);
-                            }
-                        }
+                        ControlMessageOwned::ScmRights(received) => held.extend(received),
                         _ => {}
                     }
                 }
-                (msg.bytes, msg.flags, pid, fds)
+                (msg.bytes, msg.flags, pid)
             };
             let body = if got.contains(MsgFlags::MSG_CTRUNC) {
                 Err(Reject::ControlTruncated)
@@ -254,7 +263,11 @@ impl NotifySocket {
             } else {
                 parse(&self.data[..len])
             };
-            each(Message { pid, fds, body });
+            each(Message { pid, fds: held.len(), body });
+            for fd in held {
+                // Closed whatever close reports (EINTR too, on Linux).
+                let _ = nix::unistd::close(fd);
+            }
         }
         Ok(true)
     }
@@ -704,6 +717,25 @@ mod tests {
         }
     }
 
+    #[test]
+    fn a_message_is_judged_by_its_faults_before_its_sender() {
+        let judge = |pid, body: Result<&'static [u8], Reject>, sender| {
+            let mut asked = None;
+            let message = Message { pid, fds: 0, body: body.and_then(parse) };
+            let got = message.judged(|p| {
+                asked = Some(p);
+                sender
+            });
+            (got.map(|a| a.count()), asked)
+        };
+        let gone = Err(Reject::SenderGone);
+        assert_eq!(judge(Some(7), Ok(b"READY=1\nSTATUS=a\0b"), gone), (Err(Reject::NulByte), None));
+        assert_eq!(judge(Some(7), Err(Reject::TooLong), gone), (Err(Reject::TooLong), None));
+        assert_eq!(judge(None, Err(Reject::NoCredentials), Ok(())), (Err(Reject::NoCredentials), None));
+        assert_eq!(judge(Some(7), Ok(b"READY=1"), gone), (Err(Reject::SenderGone), Some(7)));
+        assert_eq!(judge(Some(7), Ok(b"READY=1\nSTATUS=up"), Ok(())), (Ok(2), Some(7)));
+    }
+
     /// What drain() reported, owned.
     #[derive(Debug, PartialEq)]
     struct Got {
@@ -769,7 +801,9 @@ mod tests {
         send_with_fds(&path, b"BARRIER=1", &[w.as_raw_fd()]);
         drop(w);
         assert!(!hung_up(&r), "the queued message holds the write end");
-        assert_eq!(drain_all(&mut socket), vec![Got { pid: me, fds: 1, body: Ok(vec!["Barrier".into()]) }]);
+        let mut open_while_judged = None;
+        socket.drain(64, |m| open_while_judged = Some((m.fds, hung_up(&r)))).unwrap();
+        assert_eq!(open_while_judged, Some((1, false)), "the sender still waits while its message is judged");
         assert!(hung_up(&r), "drain closed the write end it received");
 
         // The kernel's most (253) on a refused message: every copy closed.

@@ -360,6 +360,23 @@ per_mode! {
     }
 }
 
+// A sender's BARRIER=1 waits for drainit to close the descriptor it sent;
+// drainit judges the sender before that close, so a `--notify` of a
+// grandchild (judged by its parent links, in subreaper mode) is never found
+// gone (it was, now and then, while the close came first).
+per_mode! {
+    fn a_notifying_grandchild_is_judged_before_it_exits(mode) {
+        let script = format!("for i in $(seq 30); do {} || exit 8; done; exit 7", notify("STATUS=$i"));
+        let dir = Scratch::new("wd-barrier");
+        let mut run = drainit(mode, with_sh(&["-v", "--ready-file", &path_str(&dir.path("ready"))], &script)).spawn();
+        let ended = run.wait(secs(30));
+        let log = run.log();
+        assert_eq!(ended.code, Some(7), "{mode:?}: {log}");
+        assert_eq!(run.count_events("notify_rejected"), 0, "{mode:?}: {log}");
+        assert_eq!(run.count_events("status"), 30, "{mode:?}: {log}");
+    }
+}
+
 // 8. A flood of datagrams does not hold off the deadline.
 per_mode! {
     fn a_flood_does_not_delay_the_deadline(mode) {

@@ -17,7 +17,7 @@ use crate::custody::Custody;
 use crate::events::Event;
 use crate::exit::Outcome;
 use crate::logging;
-use crate::notify::{self, Assignment, NotifySocket, Reject, Senders};
+use crate::notify::{self, Assignment, NotifySocket, Senders};
 use crate::reap::{self, Left};
 use crate::signals::{SIGCHLD, SignalSource, Signo};
 use crate::supervisor::{Input, Note};
@@ -112,15 +112,12 @@ impl Os for Sources {
         let Some(socket) = &mut self.notify else { return };
         let (senders, rejected) = (self.senders, &mut self.rejected);
         let read = socket.drain(max, |message| {
-            let checked = message
-                .pid
-                .ok_or(Reject::NoCredentials)
-                .and_then(|pid| notify::check_sender(senders, worker, pid))
-                .and(message.body);
+            let pid = message.pid;
+            let checked = message.judged(|pid| notify::check_sender(senders, worker, pid));
             match checked {
                 Ok(assignments) => assignments.filter_map(note).for_each(|n| each(Input::Notify(n))),
                 Err(why) => {
-                    Event::NotifyRejected { pid: message.pid, reason: why.reason(), first: *rejected == 0 }.emit();
+                    Event::NotifyRejected { pid, reason: why.reason(), first: *rejected == 0 }.emit();
                     *rejected += 1;
                 }
             }
