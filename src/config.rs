@@ -242,15 +242,26 @@ const OPTIONS: [Opt; 17] = [
 /// drainit's command line: the options, -v/-q, then the worker's command,
 /// which takes everything after it (its own flags included).
 pub(crate) fn command() -> Command {
+    command_declaring(&|_| true)
+}
+
+/// `command()`, with only the variables `declare` names attached to their
+/// options. clap reads a variable when it is attached (a search of the
+/// whole environment each); parsing attaches only those present, which
+/// parses the same and leaves the search to one pass over the environment.
+/// Help, which lists every variable, comes from `command()`.
+fn command_declaring(declare: &dyn Fn(&str) -> bool) -> Command {
     let mut command = Command::new("drainit")
         .version(env!("CARGO_PKG_VERSION"))
         .about(ABOUT)
         .after_help(AFTER_HELP)
         .override_usage("drainit [OPTIONS] [--] COMMAND [ARGS...]");
     for opt in &OPTIONS {
-        let arg = Arg::new(opt.id)
-            .long(opt.long)
-            .env(opt.env)
+        let mut arg = Arg::new(opt.id).long(opt.long);
+        if declare(opt.env) {
+            arg = arg.env(opt.env);
+        }
+        let arg = arg
             .value_name(opt.value_name)
             .help(opt.help)
             .value_parser(value_parser!(OsString))
@@ -401,13 +412,26 @@ fn cut(text: &str, max: usize) -> std::borrow::Cow<'_, str> {
 }
 
 fn parse_all(args: Vec<OsString>) -> Result<Config, Halt> {
-    let mut command = command();
-    // Every option's variable, as clap declares it, and the log filter's.
-    let variables = command.get_arguments().filter_map(|a| a.get_env()).chain([std::ffi::OsStr::new(LOG_VAR)]);
-    if let Some(var) = variables.into_iter().find(|v| std::env::var_os(v).is_some_and(|x| x.is_empty())) {
-        return Err(Halt::Invalid(format!("{} is set but empty; unset it or give it a value", var.to_string_lossy())));
+    // drainit's own variables, read in one pass (the first of a name, as
+    // getenv finds it).
+    let mut own: Vec<(OsString, OsString)> = Vec::new();
+    for (name, value) in std::env::vars_os() {
+        if name.as_bytes().starts_with(b"DRAINIT_") && !own.iter().any(|(n, _)| *n == name) {
+            own.push((name, value));
+        }
     }
-    let matches = command.try_get_matches_from_mut(&args).map_err(|e| clap_error(e, args.first()))?;
+    let own_var = |name: &str| -> Option<&OsString> { own.iter().find(|(n, _)| n == name).map(|(_, v)| v) };
+    // Every option's variable, and the log filter's, in the options' order.
+    let variables = OPTIONS.iter().map(|o| o.env).chain([LOG_VAR]);
+    if let Some(var) = variables.into_iter().find(|v| own_var(v).is_some_and(|x| x.is_empty())) {
+        return Err(Halt::Invalid(format!("{var} is set but empty; unset it or give it a value")));
+    }
+    let mut command = command_declaring(&|var| own_var(var).is_some());
+    let matches = command.try_get_matches_from_mut(&args).map_err(|e| match e.kind() {
+        // The help that lists every variable (-h and --help are the same).
+        clap::error::ErrorKind::DisplayHelp => Halt::Info(self::command().render_help().to_string()),
+        _ => clap_error(e, args.first()),
+    })?;
     // Name a value by its origin in errors: the flag, or the variable.
     let origin = |id: &str| -> String {
         let arg = command.get_arguments().find(|a| a.get_id() == id);
@@ -545,7 +569,7 @@ fn parse_all(args: Vec<OsString>) -> Result<Config, Halt> {
         }
     };
 
-    let log = match std::env::var_os(LOG_VAR).map(OsString::into_string) {
+    let log = match own_var(LOG_VAR).cloned().map(OsString::into_string) {
         None => None,
         Some(Ok(filter)) => Some(filter),
         Some(Err(bad)) => {
@@ -555,9 +579,9 @@ fn parse_all(args: Vec<OsString>) -> Result<Config, Halt> {
     let log_filter = log_filter(matches.get_count("verbose"), matches.get_count("quiet"), log)?;
 
     let known: Vec<&str> = OPTIONS.iter().map(|o| o.env).chain([LOG_VAR]).chain(SET_FOR_OTHERS).collect();
-    let unknown_vars = std::env::vars_os()
+    let unknown_vars = own
+        .iter()
         .map(|(name, _)| name)
-        .filter(|name| name.as_bytes().starts_with(b"DRAINIT_"))
         .filter_map(|name| {
             let name = shown_name(name.as_bytes());
             let nearest = nearest_variable(&name, &known)?;
@@ -1086,6 +1110,19 @@ mod tests {
         let c = parse(args(&["-q", "sh", "-c", "exit 3", "--grace", "x"])).unwrap();
         assert_eq!(c.command, args(&["sh", "-c", "exit 3", "--grace", "x"])[1..].to_vec());
         assert_eq!(c.log_filter, "warn");
+    }
+
+    #[test]
+    fn help_lists_every_variable_though_parsing_attaches_only_those_set() {
+        for help in ["-h", "--help"] {
+            let Err(Halt::Info(text)) = parse(args(&["--grace", "5s", help])) else { panic!("{help}: no help") };
+            for opt in &OPTIONS {
+                assert!(text.contains(&format!("[env: {}=", opt.env)), "{help}: {} missing", opt.env);
+            }
+        }
+        let parsing = command_declaring(&|var| var == "DRAINIT_GRACE");
+        let attached: Vec<_> = parsing.get_arguments().filter_map(|a| a.get_env()).collect();
+        assert_eq!(attached, ["DRAINIT_GRACE"]);
     }
 
     #[test]
