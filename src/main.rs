@@ -140,6 +140,7 @@ fn run(args: Vec<OsString>) -> ! {
     let mut exec = Executor {
         spawner: Spawner::new(take_tty, watchdog_pid),
         private,
+        socket_in_private: notify.is_some(),
         ready_file,
         outer,
         worker_vars: notifying,

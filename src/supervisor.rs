@@ -124,6 +124,10 @@ pub enum Action {
     RemoveReadyFile,
     /// Send to the outer notify socket, if there is one.
     Tell(Tell),
+    /// The stop has begun and no restart follows it: what only a restart
+    /// reads (the retry-after file) is read no more. Comes after the stop
+    /// signal, so that what the loop does with it never delays that signal.
+    NoRestart,
     Log(Event),
     /// Write the termination message and exit with the record's code.
     Exit(Record),
@@ -374,10 +378,12 @@ impl Supervisor {
             Phase::Running { worker } if delayed => {
                 self.phase = Phase::DelayingStop { worker, held: sig };
                 self.timers.arm(Timer::StopDelay, now + delay);
+                out.push(Action::NoRestart);
             }
             Phase::Running { worker } => {
                 self.phase = Phase::Stopping { worker };
                 self.forward(sig, out);
+                out.push(Action::NoRestart);
             }
             Phase::Draining { then } => {
                 if let Then::Restart(_) = then {
@@ -385,6 +391,7 @@ impl Supervisor {
                     self.phase = Phase::Draining { then: Then::Finish(Code::signal(sig)) };
                 }
                 self.forward(sig, out);
+                out.push(Action::NoRestart);
             }
             Phase::Sleeping => {
                 self.timers.disarm(Timer::Backoff);
@@ -821,6 +828,7 @@ mod tests {
             Action::CreateReadyFile => "ready_file".into(),
             Action::RemoveReadyFile => "ready_file_gone".into(),
             Action::Tell(t) => format!("tell {t:?}"),
+            Action::NoRestart => "no_restart".into(),
             Action::Log(e) => {
                 format!("log {}", e.to_string().split(' ').next().unwrap_or("").trim_start_matches("event="))
             }
@@ -891,7 +899,7 @@ mod tests {
                 || running(policy()),
                 0,
                 i(Signal(SIGTERM)),
-                &["log stop_requested", "drain_file", "forward SIGTERM"],
+                &["log stop_requested", "drain_file", "forward SIGTERM", "no_restart"],
                 "stopping",
             ),
             (
@@ -899,7 +907,7 @@ mod tests {
                 || running(Settings { stop_delay: ms(2000), ..policy() }),
                 0,
                 i(Signal(SIGINT)),
-                &["log stop_requested", "drain_file"],
+                &["log stop_requested", "drain_file", "no_restart"],
                 "delaying_stop",
             ),
             (
@@ -958,7 +966,7 @@ mod tests {
                 || draining(policy(), 75),
                 10,
                 i(Signal(SIGINT)),
-                &["log stop_requested", "drain_file", "forward SIGINT"],
+                &["log stop_requested", "drain_file", "forward SIGINT", "no_restart"],
                 "draining",
             ),
             ("backoff", || draining(policy(), 75), 10, i(Children { left: false }), &["log backoff"], "sleeping"),
@@ -1036,7 +1044,7 @@ mod tests {
     fn rewriting_is_applied_after_the_stop_is_judged() {
         let mut st = running(Settings { rewrite: Rewrite::parse(["TERM:QUIT", "USR1:0"]).unwrap(), ..policy() });
         assert_eq!(st.feed(0, Signal(USR1)), Vec::<String>::new());
-        assert_eq!(st.feed(0, Signal(SIGTERM)), ["log stop_requested", "drain_file", "forward SIGQUIT"]);
+        assert_eq!(st.feed(0, Signal(SIGTERM)), ["log stop_requested", "drain_file", "forward SIGQUIT", "no_restart"]);
         assert_eq!(st.deadline(), Some(ms(5000)));
     }
 
@@ -1074,7 +1082,7 @@ mod tests {
     #[test]
     fn a_stop_after_the_worker_exited_is_not_delayed() {
         let mut st = draining(Settings { stop_delay: ms(2000), ..policy() }, 0);
-        assert_eq!(st.feed(10, Signal(SIGTERM)), ["log stop_requested", "drain_file", "forward SIGTERM"]);
+        assert_eq!(st.feed(10, Signal(SIGTERM)), ["log stop_requested", "drain_file", "forward SIGTERM", "no_restart"]);
     }
 
     #[test]
@@ -1347,7 +1355,7 @@ mod tests {
                 &[(0, spawned)],
                 1000,
                 Tick,
-                &["log watchdog_expired", "drain_file", "forward SIGQUIT"],
+                &["log watchdog_expired", "drain_file", "forward SIGQUIT", "no_restart"],
                 "stopping",
             ),
             ("not yet", watched, &[(0, spawned)], 999, Tick, &[], "running"),
@@ -1358,7 +1366,7 @@ mod tests {
                 &[(0, spawned), (800, ping)],
                 1800,
                 Tick,
-                &["log watchdog_expired", "drain_file", "forward SIGQUIT"],
+                &["log watchdog_expired", "drain_file", "forward SIGQUIT", "no_restart"],
                 "stopping",
             ),
             (
@@ -1385,7 +1393,7 @@ mod tests {
                 &[(0, spawned)],
                 10,
                 i(note(Note::Trigger)),
-                &["log watchdog_expired", "drain_file", "forward SIGQUIT"],
+                &["log watchdog_expired", "drain_file", "forward SIGQUIT", "no_restart"],
                 "stopping",
             ),
             (
@@ -1412,7 +1420,7 @@ mod tests {
                 &[(0, spawned), (500, || note(Note::Interval(ms(2000))))],
                 2500,
                 Tick,
-                &["log watchdog_expired", "drain_file", "forward SIGQUIT"],
+                &["log watchdog_expired", "drain_file", "forward SIGQUIT", "no_restart"],
                 "stopping",
             ),
             ("ready", watched, &[(0, spawned)], 10, i(note(Note::Ready)), &["log ready", "ready_file"], "running"),
@@ -1432,7 +1440,7 @@ mod tests {
                 &[(0, spawned)],
                 3000,
                 Tick,
-                &["log ready_timeout", "drain_file", "forward SIGQUIT"],
+                &["log ready_timeout", "drain_file", "forward SIGQUIT", "no_restart"],
                 "stopping",
             ),
             ("no watchdog before ready", ready_gated, &[(0, spawned)], 2999, Tick, &[], "running"),
@@ -1443,7 +1451,7 @@ mod tests {
                 &[(0, spawned), (2000, ready)],
                 3000,
                 Tick,
-                &["log watchdog_expired", "drain_file", "ready_file_gone", "forward SIGQUIT"],
+                &["log watchdog_expired", "drain_file", "ready_file_gone", "forward SIGQUIT", "no_restart"],
                 "stopping",
             ),
             (
@@ -1461,7 +1469,7 @@ mod tests {
                 &[(0, spawned), (2500, || note(Note::Extend(ms(2000))))],
                 4500,
                 Tick,
-                &["log ready_timeout", "drain_file", "forward SIGQUIT"],
+                &["log ready_timeout", "drain_file", "forward SIGQUIT", "no_restart"],
                 "stopping",
             ),
             (
@@ -1470,7 +1478,7 @@ mod tests {
                 &[(0, spawned), (10, ready)],
                 20,
                 i(Signal(SIGTERM)),
-                &["log stop_requested", "drain_file", "ready_file_gone", "forward SIGTERM"],
+                &["log stop_requested", "drain_file", "ready_file_gone", "forward SIGTERM", "no_restart"],
                 "stopping",
             ),
             (
@@ -1585,7 +1593,7 @@ mod tests {
         assert_eq!(st.feed(50, note(Note::Status("a".into()))), ["log status", "tell Status(\"a\")"]);
         assert_eq!(
             st.feed(60, Signal(SIGTERM)),
-            ["log stop_requested", "drain_file", "ready_file_gone", "tell Stopping", "forward SIGTERM"]
+            ["log stop_requested", "drain_file", "ready_file_gone", "tell Stopping", "forward SIGTERM", "no_restart"]
         );
     }
 
@@ -1618,6 +1626,8 @@ mod tests {
             /// forks no more) since the last spawn.
             killed_since_stop: bool,
             spawns_after_stop: u32,
+            /// The supervisor said no restart follows.
+            no_restart: bool,
             /// The worker's last outcome, and whether drainit slept when a stop came.
             last: Option<Outcome>,
             stopped_asleep: Option<Signo>,
@@ -1694,6 +1704,9 @@ mod tests {
                         if self.stop_at.is_some() {
                             self.spawns_after_stop += 1;
                         }
+                        if self.no_restart {
+                            fail("a start after no_restart");
+                        }
                         if !spawn_ok || std::mem::take(&mut self.break_exec) {
                             self.failed_spawn = Some(Code(127));
                             return Some(SpawnFailed(Code(127)));
@@ -1726,7 +1739,19 @@ mod tests {
                         self.kill_all();
                         None
                     }
-                    Action::ReadRetryAfter => Some(RetryAfter(None)),
+                    Action::ReadRetryAfter => {
+                        if self.no_restart {
+                            fail("the retry-after file read after no_restart");
+                        }
+                        Some(RetryAfter(None))
+                    }
+                    Action::NoRestart => {
+                        if self.stop_at.is_none() {
+                            fail("no_restart before a stop");
+                        }
+                        self.no_restart = true;
+                        None
+                    }
                     Action::Exit(record) => {
                         if self.alive() {
                             fail("exit while a process drainit answers for lives");
@@ -1812,6 +1837,7 @@ mod tests {
                     stop_at: None,
                     killed_since_stop: false,
                     spawns_after_stop: 0,
+                    no_restart: false,
                     last: None,
                     stopped_asleep: None,
                     exited: None,

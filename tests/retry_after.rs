@@ -398,3 +398,38 @@ per_mode! {
         assert_eq!(private.parent(), Some(dir.path("tmp").as_path()), "{mode:?}: {}", private.display());
     }
 }
+
+per_mode! {
+    /// No restart follows a stop, so nothing reads the retry-after file
+    /// after one: the private directory goes as the stop signal goes out
+    /// (its rmdir then runs while the worker winds down, not between the
+    /// worker's exit and drainit's). With a readiness option the notify
+    /// socket lives there and is read until exit: the directory stays
+    /// until then.
+    fn the_directory_goes_at_the_stop_unless_the_socket_lives_there(mode) {
+        for (options, want) in [(&[][..], "gone"), (&["--ready-file", "READY"][..], "there")] {
+            let dir = Scratch::new("ra-at-stop");
+            let ready = path_str(&dir.path("ready"));
+            let options: Vec<&str> = options.iter().map(|o| if *o == "READY" { ready.as_str() } else { o }).collect();
+            // In the trap: up to 5 s for the directory to go; "there" when
+            // it outlives them. With the socket, 0.3 s is the window in
+            // which it must not go.
+            let patience = if want == "gone" { 250 } else { 15 };
+            let script = format!(
+                "d=$(dirname \"$DRAINIT_RETRY_AFTER_FILE\"); echo \"$d\" > {path}; \
+                 trap 'i=0; while [ -d \"$d\" ] && [ $i -lt {patience} ]; do sleep 0.02; i=$((i+1)); done; \
+                       if [ -d \"$d\" ]; then echo there; else echo gone; fi >> {path}; exit 0' TERM; \
+                 echo ready >&2; while :; do sleep 0.05; done",
+                path = path_str(&dir.path("note"))
+            );
+            let mut run = drainit(mode, with_sh(&options, &script)).env("TMPDIR", &dir.0).spawn();
+            assert!(run.wait_log(&["ready"], secs(10)), "{mode:?}: {}", run.log());
+            run.signal(libc::SIGTERM);
+            assert!(run.wait(secs(15)).code.is_some(), "{}", run.log());
+            let note = dir.read("note");
+            let lines: Vec<&str> = note.lines().collect();
+            assert_eq!(lines.get(1), Some(&want), "{mode:?} {options:?}: {note} {}", run.log());
+            assert!(!std::path::Path::new(lines[0]).exists(), "{} outlived drainit", lines[0]);
+        }
+    }
+}

@@ -40,8 +40,11 @@ pub struct Executor {
     pub worker: Program,
     pub finish: Option<Program>,
     pub retry_after: RetryAfter,
-    /// Removed at exit.
+    /// Removed at exit, or once no restart follows when the notify socket
+    /// does not live in it.
     pub private: Option<PrivateDir>,
+    /// The worker's notify socket is bound in `private` (read until exit).
+    pub socket_in_private: bool,
     pub drain_file: Option<DrainFile>,
     pub ready_file: Option<SafeFile>,
     /// The notify socket drainit was given itself (Podman, systemd).
@@ -99,6 +102,17 @@ impl Executor {
             Action::RemoveReadyFile => {
                 if let Some(file) = &self.ready_file {
                     file.remove("");
+                }
+                Done::Nothing
+            }
+            Action::NoRestart => {
+                // The directory's rmdir (a filesystem's, whatever $TMPDIR
+                // is) runs now, while the worker handles its stop signal,
+                // and not between its exit and drainit's.
+                if !self.socket_in_private
+                    && let Some(dir) = self.private.take()
+                {
+                    dir.remove();
                 }
                 Done::Nothing
             }
