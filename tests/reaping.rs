@@ -58,9 +58,22 @@ per_mode! {
 
 #[test]
 fn idle_drainit_does_not_wake_up() {
+    idle_without_wakeups(&[]);
+}
+
+/// With the readiness options: the notify socket and the watchdog's timer
+/// in the same wait, and still no wakeup while no message comes.
+#[test]
+fn idle_drainit_with_the_watchdog_does_not_wake_up() {
+    let dir = Scratch::new("idle-wd");
+    let ready = path_str(&dir.path("ready"));
+    idle_without_wakeups(&["--watchdog", "1h", "--ready-timeout", "1h", "--ready-file", &ready]);
+}
+
+fn idle_without_wakeups(options: &[&str]) {
     let dir = Scratch::new("idle");
     let rec = Recorder::new(&dir, "w").term(Term::Default);
-    let mut run = drainit(Mode::Subreaper, rec.worker()).spawn();
+    let mut run = drainit(Mode::Subreaper, rec.worker_with(options)).spawn();
     assert!(rec.wait_ready(secs(10)), "{}", run.log());
     // Settled: no switch for 200ms (start-up is over), then a 2s window.
     let switches = || HOST.ctxt_switches(run.pid);
