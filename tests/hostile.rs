@@ -135,8 +135,12 @@ per_mode! {
                 ended.code,
                 left.len()
             );
+            // Or drainit's own count at the deadline: with thousands of bomb
+            // processes this test's thread may not run between the SIGTERM
+            // and the deadline_reached line at all.
+            let alive_at_deadline = run.event("deadline_reached").map_or(0, |e| e.num("remaining"));
             assert!(
-                dir.read("forks").trim().parse::<u64>().unwrap_or(0) > 0 || most_seen > 1,
+                dir.read("forks").trim().parse::<u64>().unwrap_or(0) > 0 || most_seen > 1 || alive_at_deadline > 1,
                 "the bomb never forked; log:\n{}",
                 run.log()
             );
