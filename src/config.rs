@@ -427,11 +427,7 @@ fn parse_all(args: Vec<OsString>) -> Result<Config, Halt> {
         return Err(Halt::Invalid(format!("{var} is set but empty; unset it or give it a value")));
     }
     let mut command = command_declaring(&|var| own_var(var).is_some());
-    let matches = command.try_get_matches_from_mut(&args).map_err(|e| match e.kind() {
-        // The help that lists every variable (-h and --help are the same).
-        clap::error::ErrorKind::DisplayHelp => Halt::Info(self::command().render_help().to_string()),
-        _ => clap_error(e, args.first()),
-    })?;
+    let matches = command.try_get_matches_from_mut(&args).map_err(|e| clap_error(e, args.first()))?;
     // Name a value by its origin in errors: the flag, or the variable.
     let origin = |id: &str| -> String {
         let arg = command.get_arguments().find(|a| a.get_id() == id);
@@ -754,7 +750,9 @@ fn drainit_module(module: &str) -> bool {
 fn clap_error(err: clap::Error, argv0: Option<&OsString>) -> Halt {
     use clap::error::{ContextKind, ContextValue, ErrorKind};
     match err.kind() {
-        ErrorKind::DisplayHelp => Halt::Info(err.render().to_string()),
+        // From the whole definition, which lists every variable (parsing
+        // attached only those set); -h and --help print the same.
+        ErrorKind::DisplayHelp => Halt::Info(command().render_help().to_string()),
         ErrorKind::DisplayVersion => Halt::Info(version_line(argv0)),
         _ => {
             // clap's message may span lines up to the first blank one.
