@@ -490,6 +490,28 @@ fn line_index(log: &str, pred: impl Fn(&str) -> bool) -> Option<usize> {
     log.lines().position(pred)
 }
 
+/// The finish program's one release after the deadline killed the worker:
+/// fenced on `token`, the job requeued, and in order: the worker reaped,
+/// the finish program started, the release, the finish program's end,
+/// drainit's exit. Returns the release record for what else the scenario
+/// checks.
+fn assert_released_after_the_kill(log: &str, token: &str) -> HashMap<String, String> {
+    let release = worker_events(log, "release");
+    assert_eq!(release.len(), 1, "log:\n{log}");
+    let r = &release[0];
+    assert_eq!(r["outcome"], "released", "log:\n{log}");
+    assert_eq!(r["requeued"], "1", "log:\n{log}");
+    assert_eq!(r["token"], token, "fenced on the worker's token; log:\n{log}");
+    assert_eq!(r["worker"], "signal:SIGKILL", "log:\n{log}");
+    assert_eq!(r["deadline_reached"], "1", "log:\n{log}");
+    let at = |pat: &str| line_index(log, |l| l.contains(pat)).unwrap_or_else(|| panic!("no {pat}; log:\n{log}"));
+    assert!(at("drainit: event=child_exited") < at("drainit: event=finish_started"), "log:\n{log}");
+    assert!(at("drainit: event=finish_started") < at("lease-worker: event=release"), "log:\n{log}");
+    assert!(at("lease-worker: event=release") < at("drainit: event=finish_exited"), "log:\n{log}");
+    assert!(at("drainit: event=finish_exited") < at("drainit: event=exit"), "log:\n{log}");
+    release[0].clone()
+}
+
 // ---------------------------------------------------------------------------
 // the scenarios
 
@@ -746,19 +768,7 @@ fn finish_releases_the_lease_of_a_worker_killed_at_the_deadline() {
     assert_eq!(finished.len(), 1, "the finish program runs once; log:\n{log}");
     assert_eq!(finished[0].get("code").map(String::as_str), Some("0"), "log:\n{log}");
     assert_ne!(finished[0].get("timed_out").map(String::as_str), Some("1"), "log:\n{log}");
-    let release = worker_events(&log, "release");
-    assert_eq!(release.len(), 1, "log:\n{log}");
-    assert_eq!(release[0]["outcome"], "released", "log:\n{log}");
-    assert_eq!(release[0]["requeued"], "1", "log:\n{log}");
-    assert_eq!(release[0]["token"], s.leases[0]["token"], "fenced on the worker's token; log:\n{log}");
-    assert_eq!(release[0]["worker"], "signal:SIGKILL", "log:\n{log}");
-    assert_eq!(release[0]["deadline_reached"], "1", "log:\n{log}");
-    // In order: the worker is reaped, then the finish program runs, then drainit exits.
-    let at = |pat: &str| line_index(&log, |l| l.contains(pat)).unwrap_or_else(|| panic!("no {pat}; log:\n{log}"));
-    assert!(at("drainit: event=child_exited") < at("drainit: event=finish_started"), "log:\n{log}");
-    assert!(at("drainit: event=finish_started") < at("lease-worker: event=release"), "log:\n{log}");
-    assert!(at("lease-worker: event=release") < at("drainit: event=finish_exited"), "log:\n{log}");
-    assert!(at("drainit: event=finish_exited") < at("drainit: event=exit"), "log:\n{log}");
+    assert_released_after_the_kill(&log, &s.leases[0]["token"]);
 
     let s = sb.status();
     assert_eq!(s.running, 0, "released at once, not after the 30s stale threshold: {s:?}");
@@ -922,21 +932,11 @@ fn watchdog_stops_a_wedged_job_loop_and_finish_releases_its_lease() {
     assert_eq!(exit.last().map(|e| e["code"].as_str()), Some("137"), "log:\n{log}");
 
     // The finish program knows why, and frees the lease at once.
-    let release = worker_events(&log, "release");
-    assert_eq!(release.len(), 1, "log:\n{log}");
-    let r = &release[0];
-    assert_eq!(r["outcome"], "released", "log:\n{log}");
-    assert_eq!(r["requeued"], "1", "log:\n{log}");
-    assert_eq!(r["token"], token.to_string(), "log:\n{log}");
+    let r = assert_released_after_the_kill(&log, &token.to_string());
     assert_eq!(r["stop_reason"], "watchdog", "log:\n{log}");
-    assert_eq!(r["worker"], "signal:SIGKILL", "log:\n{log}");
-    assert_eq!(r["deadline_reached"], "1", "log:\n{log}");
     assert_eq!(r["status_text"], format!("job={wedged_job}"), "log:\n{log}");
     let i = |pat: &str| line_index(&log, |l| l.contains(pat)).unwrap_or_else(|| panic!("no {pat}; log:\n{log}"));
     assert!(i("drainit: event=watchdog_expired") < i("drainit: event=deadline_reached"), "log:\n{log}");
-    assert!(i("drainit: event=child_exited") < i("drainit: event=finish_started"), "log:\n{log}");
-    assert!(i("drainit: event=finish_started") < i("lease-worker: event=release"), "log:\n{log}");
-    assert!(i("drainit: event=finish_exited") < i("drainit: event=exit"), "log:\n{log}");
     let s = sb.status();
     assert_eq!(s.running, 0, "released at once, not after the 30s stale threshold: {s:?}");
     assert_eq!(s.done, WEDGE_AT - 1, "{s:?}");
