@@ -126,7 +126,8 @@ pub enum Action {
     Tell(Tell),
     /// The stop has begun and no restart follows it: what only a restart
     /// reads (the retry-after file) is read no more. Comes after the stop
-    /// signal, so that what the loop does with it never delays that signal.
+    /// signal when that goes out at once, so that what the loop does with
+    /// it never delays the signal.
     NoRestart,
     Log(Event),
     /// Write the termination message and exit with the record's code.
