@@ -59,35 +59,70 @@ pub struct Sources {
     pub rejected: u64,
 }
 
+/// A source of the wait besides the signals, a row each: what it waits
+/// for, and which flag of `Ready` it sets. A new source is a row here and
+/// a line in `Sources::fd`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Source {
+    Stderr,
+    Notify,
+}
+
+impl Source {
+    const ALL: [Source; 2] = [Source::Stderr, Source::Notify];
+
+    fn events(self) -> PollFlags {
+        match self {
+            Source::Stderr => PollFlags::POLLOUT,
+            Source::Notify => PollFlags::POLLIN,
+        }
+    }
+
+    fn mark(self, ready: &mut Ready) {
+        match self {
+            Source::Stderr => ready.stderr = true,
+            Source::Notify => ready.notify = true,
+        }
+    }
+}
+
+impl Sources {
+    /// The descriptor of `source`, when it is present this turn.
+    fn fd<'a>(&'a self, source: Source, stderr: Option<BorrowedFd<'a>>) -> Option<BorrowedFd<'a>> {
+        match source {
+            Source::Stderr => stderr,
+            Source::Notify => self.notify.as_ref().map(|n| n.as_fd()),
+        }
+    }
+}
+
 impl Os for Sources {
     fn wait(&mut self, timeout: Option<Duration>, stderr: Option<BorrowedFd<'_>>) -> nix::Result<Ready> {
-        let notify = self.notify.as_ref().map(|n| n.as_fd());
-        if stderr.is_none() && notify.is_none() {
+        if Source::ALL.into_iter().all(|source| self.fd(source, stderr).is_none()) {
             // Signals alone: the first take is the wait.
             self.signals.wait(timeout);
             return Ok(Ready::default());
         }
-        let ready = |r: Option<PollFlags>| r.is_some_and(|r| !r.is_empty());
-        let timeout = timeout.map(TimeSpec::from);
         let sig = self.signals.poll_fd();
-        let (polled, signals, ready) = match (stderr, notify) {
-            (Some(e), Some(n)) => {
-                let mut fds = [sig, PollFd::new(e, PollFlags::POLLOUT), PollFd::new(n, PollFlags::POLLIN)];
-                let polled = ppoll(&mut fds, timeout, None);
-                (polled, fds[0].revents(), Ready { stderr: ready(fds[1].revents()), notify: ready(fds[2].revents()) })
+        // The signalfd first, then each source present, in the table's order.
+        let mut fds: [PollFd<'_>; 1 + Source::ALL.len()] = std::array::from_fn(|_| sig.clone());
+        let mut rows = [Source::Stderr; Source::ALL.len()];
+        let mut n = 1;
+        for source in Source::ALL {
+            if let Some(fd) = self.fd(source, stderr) {
+                fds[n] = PollFd::new(fd, source.events());
+                rows[n - 1] = source;
+                n += 1;
             }
-            (Some(e), None) => {
-                let mut fds = [sig, PollFd::new(e, PollFlags::POLLOUT)];
-                let polled = ppoll(&mut fds, timeout, None);
-                (polled, fds[0].revents(), Ready { stderr: ready(fds[1].revents()), notify: false })
+        }
+        let polled = ppoll(&mut fds[..n], timeout.map(TimeSpec::from), None);
+        let mut ready = Ready::default();
+        for (fd, source) in fds[1..n].iter().zip(rows) {
+            if fd.revents().is_some_and(|r| !r.is_empty()) {
+                source.mark(&mut ready);
             }
-            (None, Some(n)) => {
-                let mut fds = [sig, PollFd::new(n, PollFlags::POLLIN)];
-                let polled = ppoll(&mut fds, timeout, None);
-                (polled, fds[0].revents(), Ready { stderr: false, notify: ready(fds[1].revents()) })
-            }
-            (None, None) => return Ok(Ready::default()),
-        };
+        }
+        let signals = fds[0].revents();
         match polled {
             Ok(_) => self.signals.polled(signals),
             Err(e) => {
