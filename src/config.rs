@@ -68,7 +68,7 @@ struct Opt {
     help: &'static str,
 }
 
-const OPTIONS: [Opt; 17] = [
+const OPTIONS: [Opt; 20] = [
     Opt {
         id: "grace",
         long: "grace",
@@ -237,6 +237,36 @@ const OPTIONS: [Opt; 17] = [
         help: "The signal that begins the stop when the watchdog or the ready timeout expires (QUIT or ABRT \
             make many runtimes dump their stacks first) [default: SIGTERM]",
     },
+    Opt {
+        id: "oom_exit_code",
+        long: "oom-exit-code",
+        env: "DRAINIT_OOM_EXIT_CODE",
+        value_name: "CODE",
+        list: false,
+        hyphen: true,
+        help: "Exit with CODE (0-255) where drainit would exit 137 because the kernel's OOM killer killed the \
+            worker (before --remap-exit)",
+    },
+    Opt {
+        id: "memory_stop",
+        long: "memory-stop",
+        env: "DRAINIT_MEMORY_STOP",
+        value_name: "PERCENT",
+        list: false,
+        hyphen: true,
+        help: "Stop the worker, as the watchdog does, once the container's working set reaches PERCENT \
+            (1-99) of its memory limit",
+    },
+    Opt {
+        id: "memory_check",
+        long: "memory-check",
+        env: "DRAINIT_MEMORY_CHECK",
+        value_name: "DURATION",
+        list: false,
+        hyphen: true,
+        help: "With --memory-stop: how often the working set is read besides every memory event (at least \
+            10ms) [default: 1s]",
+    },
 ];
 
 /// drainit's command line: the options, -v/-q, then the worker's command,
@@ -320,6 +350,11 @@ pub struct Config {
     pub ready_file: Option<PathBuf>,
     /// Begins the stop when the watchdog or the ready timeout expires.
     pub watchdog_signal: Signo,
+    /// `--oom-exit-code`.
+    pub oom_exit_code: Option<u8>,
+    /// `--memory-stop`: a percent of the limit, 1-99.
+    pub memory_stop: Option<u8>,
+    pub memory_check: Duration,
     /// `DRAINIT_*` variables that are none of drainit's, each with the
     /// nearest real one: (name, nearest), both ready for a logfmt line. To
     /// be warned about once the logger is up.
@@ -347,6 +382,9 @@ impl fmt::Display for Halt {
 const LOG_VAR: &str = "DRAINIT_LOG";
 const TERMINATION_LOG: &str = "/dev/termination-log";
 const FINISH_TIMEOUT: Duration = Duration::from_secs(5);
+const MEMORY_CHECK: Duration = Duration::from_secs(1);
+/// A shorter check would make drainit's one periodic wakeup a busy one.
+const MEMORY_CHECK_MIN: Duration = Duration::from_millis(10);
 const ORCHESTRATOR_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The margin drainit keeps before the orchestrator's SIGKILL.
@@ -355,7 +393,7 @@ const MARGIN: Duration = Duration::from_secs(1);
 /// What drainit sets for the worker and the finish program (a drainit
 /// started under another one sees them), and the build's commit (which
 /// cargo sets for build.rs's output and `cargo test`): no typos.
-const SET_FOR_OTHERS: [&str; 9] = [
+const SET_FOR_OTHERS: [&str; 10] = [
     "DRAINIT_GIT_COMMIT",
     "DRAINIT_ATTEMPT",
     crate::retry_after::VAR,
@@ -365,6 +403,7 @@ const SET_FOR_OTHERS: [&str; 9] = [
     "DRAINIT_STOP_SIGNAL",
     "DRAINIT_STOP_REASON",
     "DRAINIT_WORKER_STATUS_TEXT",
+    "DRAINIT_OOM_KILLS",
 ];
 
 /// The names under which dockerd and podman run their init: drainit stands
@@ -565,6 +604,36 @@ fn parse_all(args: Vec<OsString>) -> Result<Config, Halt> {
         }
     };
 
+    let oom_exit_code = match one("oom_exit_code")? {
+        None => None,
+        Some(text) => Some(text.trim().parse::<u8>().map_err(|_| {
+            invalid(
+                "oom_exit_code",
+                &text,
+                &format!("must be an exit code, 0-255 (set by {})", setting("oom_exit_code")),
+            )
+        })?),
+    };
+    let memory_stop = match one("memory_stop")? {
+        None => None,
+        Some(text) => {
+            let number = text.trim().strip_suffix('%').unwrap_or(text.trim()).trim();
+            match number.parse::<u8>() {
+                Ok(percent @ 1..=99) => Some(percent),
+                _ => {
+                    let why =
+                        format!("must be a percent of the memory limit, 1-99 (set by {})", setting("memory_stop"));
+                    return Err(invalid("memory_stop", &text, &why));
+                }
+            }
+        }
+    };
+    let (memory_check, check_text) = duration("memory_check", MEMORY_CHECK)?;
+    if memory_check < MEMORY_CHECK_MIN {
+        let why = format!("must be at least 10ms (set by {})", setting("memory_check"));
+        return Err(invalid("memory_check", &check_text, &why));
+    }
+
     let log = match own_var(LOG_VAR).cloned().map(OsString::into_string) {
         None => None,
         Some(Ok(filter)) => Some(filter),
@@ -602,6 +671,9 @@ fn parse_all(args: Vec<OsString>) -> Result<Config, Halt> {
         ready_timeout,
         ready_file,
         watchdog_signal,
+        oom_exit_code,
+        memory_stop,
+        memory_check,
         unknown_vars,
     })
 }
@@ -863,6 +935,25 @@ mod tests {
         }
         for argv0 in ["drainit", "/sbin/docker-init-old", "tini", "/docker-init/drainit"] {
             assert_eq!(named(argv0, &["--", "true"]), vec![75], "{argv0}");
+        }
+    }
+
+    #[test]
+    fn memory_options() {
+        let c = parse(args(&["true"])).unwrap();
+        assert_eq!((c.oom_exit_code, c.memory_stop, c.memory_check), (None, None, Duration::from_secs(1)));
+        let c =
+            parse(args(&["--oom-exit-code", "3", "--memory-stop", "90%", "--memory-check", "10ms", "true"])).unwrap();
+        assert_eq!((c.oom_exit_code, c.memory_stop, c.memory_check), (Some(3), Some(90), Duration::from_millis(10)));
+        for (bad, flag, var) in [
+            (&["--memory-stop", "0", "true"][..], "--memory-stop", "DRAINIT_MEMORY_STOP"),
+            (&["--memory-stop", "100", "true"], "--memory-stop", "DRAINIT_MEMORY_STOP"),
+            (&["--memory-stop", "abc", "true"], "--memory-stop", "DRAINIT_MEMORY_STOP"),
+            (&["--memory-check", "9ms", "--memory-stop", "50", "true"], "--memory-check", "DRAINIT_MEMORY_CHECK"),
+            (&["--oom-exit-code", "256", "true"], "--oom-exit-code", "DRAINIT_OOM_EXIT_CODE"),
+        ] {
+            let Err(Halt::Invalid(line)) = parse(args(bad)) else { panic!("{bad:?} accepted") };
+            assert!(line.contains(flag) && line.contains(var) && !line.contains('\n'), "{bad:?}: {line}");
         }
     }
 

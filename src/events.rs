@@ -32,6 +32,8 @@ pub enum Event {
     ChildExited {
         pid: i32,
         outcome: Outcome,
+        /// The OOM killer killed it.
+        oom: bool,
     },
     DeadlineReached {
         remaining: usize,
@@ -49,6 +51,27 @@ pub enum Event {
         code: i32,
         remapped_from: Option<i32>,
         status: Option<String>,
+        /// OOM kills in drainit's cgroup during the run.
+        oom_kills: u64,
+    },
+    /// The cgroup's OOM-kill count rose: by `count` since the last such
+    /// event, `total` since drainit started.
+    OomKill {
+        count: u64,
+        total: u64,
+    },
+    /// The working set reached `percent` of the limit: drainit stops the
+    /// worker with `signal` (as it goes out).
+    MemoryStop {
+        used: u64,
+        limit: u64,
+        percent: u8,
+        signal: Signo,
+        status: Option<String>,
+    },
+    /// `--memory-stop` stays off: `no_cgroup`, `no_limit`, `unreadable`.
+    MemoryStopOff {
+        reason: &'static str,
     },
     /// The worker sent `READY=1`, `after` its start.
     Ready {
@@ -175,6 +198,9 @@ impl Event {
             | Event::LoopError { .. }
             | Event::WatchdogExpired { .. }
             | Event::ReadyTimeout { .. }
+            | Event::OomKill { .. }
+            | Event::MemoryStop { .. }
+            | Event::MemoryStopOff { .. }
             | Event::NotifyRejected { .. } => Level::Warn,
             Event::ExecFailed { .. } | Event::Failed { .. } | Event::FinishFailed { .. } => Level::Error,
             _ => Level::Info,
@@ -237,9 +263,13 @@ impl fmt::Display for Event {
             Event::StopForwarded { signal, waited } => {
                 write!(f, "event=stop_forwarded signal={} waited={}", signals::name(*signal), duration(*waited))
             }
-            Event::ChildExited { pid, outcome: o } => {
+            Event::ChildExited { pid, outcome: o, oom } => {
                 write!(f, "event=child_exited pid={pid}")?;
-                outcome(f, *o)
+                outcome(f, *o)?;
+                if *oom {
+                    f.write_str(" oom=1")?;
+                }
+                Ok(())
             }
             Event::DeadlineReached { remaining } => write!(f, "event=deadline_reached remaining={remaining}"),
             Event::Backoff { attempt, code, delay } => {
@@ -248,13 +278,26 @@ impl fmt::Display for Event {
             Event::BackoffExhausted { attempts, elapsed } => {
                 write!(f, "event=backoff_exhausted attempts={attempts} elapsed={}", duration(*elapsed))
             }
-            Event::Exit { code, remapped_from, status: s } => {
+            Event::Exit { code, remapped_from, status: s, oom_kills } => {
                 write!(f, "event=exit code={code}")?;
                 if let Some(from) = remapped_from {
                     write!(f, " remapped_from={from}")?;
                 }
+                if *oom_kills > 0 {
+                    write!(f, " oom_kills={oom_kills}")?;
+                }
                 status(f, s)
             }
+            Event::OomKill { count, total } => write!(f, "event=oom_kill count={count} total={total}"),
+            Event::MemoryStop { used, limit, percent, signal, status: s } => {
+                write!(
+                    f,
+                    "event=memory_stop used={used} limit={limit} percent={percent} signal={}",
+                    signals::name(*signal)
+                )?;
+                status(f, s)
+            }
+            Event::MemoryStopOff { reason } => write!(f, "event=memory_stop_off reason={reason}"),
             Event::Ready { pid, after } => write!(f, "event=ready pid={pid} after={}", duration(*after)),
             Event::NotReady { reason } => write!(f, "event=not_ready reason={reason}"),
             Event::WatchdogExpired { interval, since, signal, status: s } => {
@@ -349,11 +392,21 @@ mod tests {
                 Event::StopForwarded { signal: libc::SIGQUIT, waited: ms(5003) },
                 "event=stop_forwarded signal=SIGQUIT waited=5.003s",
             ),
-            (Event::ChildExited { pid: 7, outcome: Outcome::Exited(3) }, "event=child_exited pid=7 code=3"),
+            (Event::ChildExited { pid: 7, outcome: Outcome::Exited(3), oom: false }, "event=child_exited pid=7 code=3"),
             (
-                Event::ChildExited { pid: 7, outcome: Outcome::Signaled(9) },
+                Event::ChildExited { pid: 7, outcome: Outcome::Signaled(9), oom: false },
                 "event=child_exited pid=7 signal=SIGKILL code=137",
             ),
+            (
+                Event::ChildExited { pid: 7, outcome: Outcome::Signaled(9), oom: true },
+                "event=child_exited pid=7 signal=SIGKILL code=137 oom=1",
+            ),
+            (Event::OomKill { count: 1, total: 3 }, "event=oom_kill count=1 total=3"),
+            (
+                Event::MemoryStop { used: 60, limit: 64, percent: 90, signal: libc::SIGTERM, status: None },
+                "event=memory_stop used=60 limit=64 percent=90 signal=SIGTERM",
+            ),
+            (Event::MemoryStopOff { reason: "no_limit" }, "event=memory_stop_off reason=no_limit"),
             (Event::DeadlineReached { remaining: 2 }, "event=deadline_reached remaining=2"),
             (Event::Backoff { attempt: 1, code: 75, delay: ms(1500) }, "event=backoff attempt=1 code=75 delay=1.5s"),
             (Event::Backoff { attempt: 2, code: 75, delay: ms(300) }, "event=backoff attempt=2 code=75 delay=300ms"),
@@ -361,9 +414,13 @@ mod tests {
                 Event::BackoffExhausted { attempts: 4, elapsed: ms(120_000) },
                 "event=backoff_exhausted attempts=4 elapsed=2m",
             ),
-            (Event::Exit { code: 143, remapped_from: None, status: None }, "event=exit code=143"),
+            (Event::Exit { code: 143, remapped_from: None, status: None, oom_kills: 0 }, "event=exit code=143"),
             (
-                Event::Exit { code: 0, remapped_from: Some(143), status: Some("two jobs".into()) },
+                Event::Exit { code: 137, remapped_from: None, status: None, oom_kills: 2 },
+                "event=exit code=137 oom_kills=2",
+            ),
+            (
+                Event::Exit { code: 0, remapped_from: Some(143), status: Some("two jobs".into()), oom_kills: 0 },
                 "event=exit code=0 remapped_from=143 status=\"two jobs\"",
             ),
             (Event::Ready { pid: 7, after: ms(1500) }, "event=ready pid=7 after=1.5s"),

@@ -14,6 +14,7 @@
 #![cfg_attr(test, allow(dead_code))]
 
 mod backoff;
+mod cgroup;
 mod config;
 mod custody;
 mod duration;
@@ -24,6 +25,7 @@ mod files;
 mod logging;
 #[cfg(test)]
 mod man_page;
+mod memory;
 mod notify;
 mod procs;
 mod reap;
@@ -135,8 +137,11 @@ fn run(args: Vec<OsString>) -> ! {
         _ => Senders::Descendants { me, proc_is_ours: proc_self.is_some() },
     };
     let watchdog_pid = notify.is_some() && config.watchdog.is_some();
-    let mut supervisor =
-        Supervisor::new(settings(config, finish.is_some(), notify.is_some(), outer.is_some()), seed(me));
+    let (counter, usage) = memory::find(config.memory_stop.is_some());
+    let mut settings = settings(config, finish.is_some(), notify.is_some(), outer.is_some());
+    settings.oom_counter = counter.is_some();
+    settings.memory_stop = settings.memory_stop.filter(|_| usage.is_some());
+    let mut supervisor = Supervisor::new(settings, seed(me));
     let mut exec = Executor {
         spawner: Spawner::new(take_tty, watchdog_pid),
         private,
@@ -151,8 +156,9 @@ fn run(args: Vec<OsString>) -> ! {
         termination_log,
         custody: Custody::new(mode, proc_self.is_some()),
         proc_self,
+        usage,
     };
-    let mut sources = Sources { signals, notify, senders, rejected: 0 };
+    let mut sources = Sources { signals, notify, senders, rejected: 0, memory: counter };
     let code = event_loop::run(&mut supervisor, &mut exec, &mut sources);
     // drainit exits next: the kernel releases the signalfd, the child's
     // stack and the heap in one go, faster than dropping them one by one.
@@ -216,6 +222,10 @@ fn settings(config: Config, finish: bool, socket: bool, outer: bool) -> Settings
         ready_timeout: config.ready_timeout.filter(|_| socket),
         watchdog_signal: config.watchdog_signal,
         outer,
+        oom_counter: false,
+        oom_exit_code: config.oom_exit_code.map(|c| exit::Code(i32::from(c))),
+        memory_stop: config.memory_stop,
+        memory_check: config.memory_check,
     }
 }
 

@@ -23,6 +23,8 @@ pub enum StopReason {
     Watchdog,
     /// drainit stopped the worker: it was not ready in time.
     ReadyTimeout,
+    /// drainit stopped the worker: its cgroup's working set neared the limit.
+    Memory,
 }
 
 impl StopReason {
@@ -31,6 +33,7 @@ impl StopReason {
             StopReason::Signal => "signal",
             StopReason::Watchdog => "watchdog",
             StopReason::ReadyTimeout => "ready_timeout",
+            StopReason::Memory => "memory",
         }
     }
 }
@@ -72,6 +75,10 @@ pub struct Record {
     pub ending: Option<Ending>,
     /// When drainit exits (for how long the stop took).
     pub exit_at: Option<Instant>,
+    /// OOM kills in drainit's cgroup since it started; None: no counter.
+    pub oom_kills: Option<u64>,
+    /// The last worker was killed by the OOM killer.
+    pub worker_oom: bool,
 }
 
 impl Record {
@@ -85,6 +92,18 @@ impl Record {
             status: None,
             ending: None,
             exit_at: None,
+            oom_kills: None,
+            worker_oom: false,
+        }
+    }
+
+    /// How the last worker ended, as the finish program and the
+    /// termination message say it.
+    fn worker_status(&self) -> String {
+        match self.worker {
+            Some(_) if self.worker_oom => "oom_kill".to_string(),
+            Some(outcome) => outcome.to_string(),
+            None => "none".to_string(),
         }
     }
 
@@ -97,11 +116,12 @@ impl Record {
         let stop = self.stop.as_ref();
         let mut vars = vec![
             ("DRAINIT_EXIT_CODE", self.code().0.to_string()),
-            ("DRAINIT_WORKER_STATUS", self.worker.map_or_else(|| "none".to_string(), |o| o.to_string())),
+            ("DRAINIT_WORKER_STATUS", self.worker_status()),
             ("DRAINIT_DEADLINE_REACHED", u8::from(self.deadline_reached).to_string()),
             ("DRAINIT_STOP_SIGNAL", stop.map_or_else(|| "none".to_string(), |s| signals::name(s.signal))),
             ("DRAINIT_STOP_REASON", stop.map_or("none", |s| s.reason.name()).to_string()),
             ("DRAINIT_ATTEMPT", self.attempt.to_string()),
+            ("DRAINIT_OOM_KILLS", self.oom_kills.map_or_else(|| "unknown".to_string(), |n| n.to_string())),
         ];
         if let Some(status) = &self.status {
             vars.push(("DRAINIT_WORKER_STATUS_TEXT", status.clone()));
@@ -119,10 +139,7 @@ impl fmt::Display for Record {
         if let Some(from) = ending.remapped_from {
             write!(f, " remapped_from={}", from.0)?;
         }
-        match self.worker {
-            Some(outcome) => write!(f, " worker={outcome}")?,
-            None => f.write_str(" worker=none")?,
-        }
+        write!(f, " worker={}", self.worker_status())?;
         write!(f, " deadline_reached={} killed={}", u8::from(self.deadline_reached), self.killed)?;
         match (self.stop, self.exit_at) {
             (Some(stop), Some(end)) => write!(
@@ -137,6 +154,9 @@ impl fmt::Display for Record {
         write!(f, " attempts={}", self.attempt)?;
         if let Some(stop) = self.stop.filter(|s| s.reason != StopReason::Signal) {
             write!(f, " reason={}", stop.reason.name())?;
+        }
+        if let Some(n) = self.oom_kills.filter(|n| *n > 0) {
+            write!(f, " oom_kills={n}")?;
         }
         if let Some(status) = &self.status {
             write!(f, " status={}", Val(cut(status, STATUS_IN_SUMMARY)))?;
@@ -172,6 +192,8 @@ mod tests {
             status: None,
             ending: Some(Ending::own(Code(137))),
             exit_at: Some(t0 + Duration::from_millis(29_000)),
+            oom_kills: Some(0),
+            worker_oom: false,
         }
     }
 
@@ -199,6 +221,15 @@ mod tests {
         assert!(line.contains(" stop=SIGQUIT stop_took=29s attempts=1 reason=watchdog status=\"in_flight=3"), "{line}");
         let status = line.split_once(" status=").map(|(_, s)| s).unwrap_or_default();
         assert!(status.len() <= STATUS_IN_SUMMARY + 2 + 40, "cut to 256 bytes before quoting: {}", status.len());
+        let mut r = record(t0);
+        r.stop = Some(StopRequest { signal: libc::SIGTERM, reason: StopReason::Memory, at: t0 });
+        (r.worker, r.worker_oom, r.oom_kills, r.deadline_reached, r.killed) =
+            (Some(Outcome::Signaled(9)), true, Some(2), false, 0);
+        assert_eq!(
+            r.to_string(),
+            "drainit: code=137 worker=oom_kill deadline_reached=0 killed=0 stop=SIGTERM stop_took=29s attempts=1 \
+             reason=memory oom_kills=2"
+        );
     }
 
     #[test]
@@ -219,6 +250,11 @@ mod tests {
         assert_eq!(get(&vars, "DRAINIT_WORKER_STATUS_TEXT").as_deref(), Some("in_flight=3"));
         assert_eq!(get(&vars, "DRAINIT_STOP_SIGNAL").as_deref(), Some("none"));
         assert_eq!(get(&vars, "DRAINIT_STOP_REASON").as_deref(), Some("none"));
+        assert_eq!(get(&vars, "DRAINIT_OOM_KILLS").as_deref(), Some("0"));
+        (r.oom_kills, r.worker_oom) = (None, true);
+        let vars = r.finish_vars();
+        assert_eq!(get(&vars, "DRAINIT_OOM_KILLS").as_deref(), Some("unknown"), "no counter found");
+        assert_eq!(get(&vars, "DRAINIT_WORKER_STATUS").as_deref(), Some("oom_kill"));
     }
 
     #[test]

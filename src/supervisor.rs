@@ -10,6 +10,7 @@
 use std::time::{Duration, Instant};
 
 use crate::backoff::{self, Backoff, Decision, Jitter};
+use crate::cgroup;
 use crate::events::Event;
 use crate::exit::{Code, Outcome, Remap};
 use crate::record::{Ending, Record, StopReason, StopRequest};
@@ -66,6 +67,18 @@ pub enum Input {
     },
     /// A timer came due (`take_due`), at the instant it names.
     Timer(Timer, Instant),
+    /// The cgroup's OOM-kill count rose: `total` kills since drainit
+    /// started. Fed before the turn's reaped children, so that a worker the
+    /// OOM killer took is known as such when it is reaped.
+    OomKills(u64),
+    /// The cgroup's `memory.events` changed (v2): a time to read the usage.
+    MemoryEvent,
+    /// Answer to `ReadUsage`: the working set and the limit, in bytes (no
+    /// answer when it could not be read).
+    Usage {
+        used: u64,
+        limit: u64,
+    },
 }
 
 /// What a notify message can say to drainit (systemd's protocol).
@@ -116,6 +129,8 @@ pub enum Action {
     Deadline,
     /// Read (and remove) the worker's retry-after file; answered by `RetryAfter`.
     ReadRetryAfter,
+    /// Read the cgroup's working set; answered by `Usage`.
+    ReadUsage,
     /// Create the drain file, if one is configured.
     CreateDrainFile,
     /// Create the ready file, if one is configured.
@@ -207,6 +222,14 @@ pub struct Settings {
     pub watchdog_signal: Signo,
     /// drainit has an outer notify socket to tell (`Tell` actions).
     pub outer: bool,
+    /// The memory cgroup's OOM-kill counter was found (else its count is
+    /// unknown).
+    pub oom_counter: bool,
+    /// `--oom-exit-code`.
+    pub oom_exit_code: Option<Code>,
+    /// `--memory-stop`'s percent, when a limit was found to take it of.
+    pub memory_stop: Option<u8>,
+    pub memory_check: Duration,
 }
 
 /// How long the finish program may still run once the grace deadline has
@@ -236,15 +259,21 @@ pub struct Supervisor {
     interval: Duration,
     /// The last ping, or the arming (`watchdog_expired`'s `since`).
     pinged: Option<Instant>,
+    /// The OOM-kill count rose while the current worker ran.
+    oom_rose: bool,
+    /// The reading that began a memory stop (`memory_stop`'s keys).
+    over: (u64, u64),
 }
 
 impl Supervisor {
     pub fn new(settings: Settings, seed: u64) -> Supervisor {
         let backoff = Backoff::new(&settings.backoff);
+        let mut record = Record::new();
+        record.oom_kills = settings.oom_counter.then_some(0);
         Supervisor {
             phase: Phase::Starting,
             timers: Timers::default(),
-            record: Record::new(),
+            record,
             backoff,
             jitter: Jitter::new(seed),
             requested: None,
@@ -255,6 +284,8 @@ impl Supervisor {
             watch: Watch::Off,
             interval: settings.watchdog.unwrap_or_default(),
             pinged: None,
+            oom_rose: false,
+            over: (0, 0),
             settings,
         }
     }
@@ -294,6 +325,38 @@ impl Supervisor {
             }
             Input::Children { left } => self.children(left, now.get(), out),
             Input::Timer(timer, at) => self.fire(timer, at, now.get(), out),
+            Input::OomKills(total) => self.oom_kills(total, out),
+            Input::MemoryEvent => self.read_usage(out),
+            Input::Usage { used, limit } => self.usage(used, limit, now, out),
+        }
+    }
+
+    /// The OOM killer took something in drainit's cgroup.
+    fn oom_kills(&mut self, total: u64, out: &mut Vec<Action>) {
+        let last = self.record.oom_kills.unwrap_or(0);
+        if total <= last {
+            return;
+        }
+        out.push(Action::Log(Event::OomKill { count: total - last, total }));
+        self.record.oom_kills = Some(total);
+        if matches!(self.phase, Phase::Running { .. } | Phase::DelayingStop { .. } | Phase::Stopping { .. }) {
+            self.oom_rose = true;
+        }
+    }
+
+    /// Memory is read while a worker runs and no stop is under way, and
+    /// only with `--memory-stop`.
+    fn read_usage(&mut self, out: &mut Vec<Action>) {
+        if self.settings.memory_stop.is_some() && matches!(self.phase, Phase::Running { .. }) {
+            out.push(Action::ReadUsage);
+        }
+    }
+
+    fn usage(&mut self, used: u64, limit: u64, now: &mut Now, out: &mut Vec<Action>) {
+        let Some(percent) = self.settings.memory_stop else { return };
+        if matches!(self.phase, Phase::Running { .. }) && cgroup::over(used, limit, percent) {
+            self.over = (used, limit);
+            self.first_stop(SIGTERM, StopReason::Memory, now.get(), out);
         }
     }
 
@@ -304,6 +367,10 @@ impl Supervisor {
                 out.push(Action::Log(Event::ChildStarted { pid, attempt: self.record.attempt }));
                 self.started = Some(now);
                 self.ready = false;
+                self.oom_rose = false;
+                if self.settings.memory_stop.is_some() {
+                    self.timers.arm(Timer::MemoryCheck, now + self.settings.memory_check);
+                }
                 self.interval = self.settings.watchdog.unwrap_or_default();
                 self.watch = Watch::Off;
                 if let Some(timeout) = self.settings.ready_timeout {
@@ -364,6 +431,13 @@ impl Supervisor {
             StopReason::ReadyTimeout => {
                 Event::ReadyTimeout { timeout: self.settings.ready_timeout.unwrap_or_default(), signal: sig, status }
             }
+            StopReason::Memory => Event::MemoryStop {
+                used: self.over.0,
+                limit: self.over.1,
+                percent: self.settings.memory_stop.unwrap_or_default(),
+                signal: self.settings.rewrite.apply(sig).unwrap_or(sig),
+                status,
+            },
         }));
         out.push(Action::CreateDrainFile);
         self.not_ready(out);
@@ -375,6 +449,7 @@ impl Supervisor {
         self.watch = Watch::Off;
         self.timers.disarm(Timer::Watchdog);
         self.timers.disarm(Timer::Ready);
+        self.timers.disarm(Timer::MemoryCheck);
         match self.phase {
             Phase::Running { worker } if delayed => {
                 self.phase = Phase::DelayingStop { worker, held: sig };
@@ -548,14 +623,20 @@ impl Supervisor {
     }
 
     fn worker_exited(&mut self, pid: i32, outcome: Outcome, now: Instant, out: &mut Vec<Action>) {
+        // A SIGKILL drainit did not send, while the OOM-kill count rose.
+        let oom = outcome == Outcome::Signaled(SIGKILL) && self.oom_rose && !self.kill_sent;
         self.record.worker = Some(outcome);
-        out.push(Action::Log(Event::ChildExited { pid, outcome }));
+        self.record.worker_oom = oom;
+        out.push(Action::Log(Event::ChildExited { pid, outcome, oom }));
         self.not_ready(out);
         self.watch = Watch::Off;
-        for timer in [Timer::Watchdog, Timer::Ready, Timer::StopDelay] {
+        for timer in [Timer::Watchdog, Timer::Ready, Timer::StopDelay, Timer::MemoryCheck] {
             self.timers.disarm(timer);
         }
-        let code = outcome.code();
+        let code = match self.settings.oom_exit_code {
+            Some(code) if oom => code,
+            _ => outcome.code(),
+        };
         let then = match self.record.stop {
             None if self.settings.backoff.wants_restart(code) => {
                 out.push(Action::ReadRetryAfter);
@@ -565,7 +646,7 @@ impl Supervisor {
             // A stop drainit began itself never ends in 0: restart policies
             // that act on failure must see one.
             Some(stop) if code == Code(0) && stop.reason != StopReason::Signal => {
-                Then::Finish(Code::signal(self.settings.watchdog_signal))
+                Then::Finish(Code::signal(stop.signal))
             }
             Some(_) => Then::Finish(code),
         };
@@ -627,6 +708,12 @@ impl Supervisor {
                 }
             }
             (Timer::Ready, Phase::Running { .. }) => self.expire(StopReason::ReadyTimeout, now, out),
+            (Timer::MemoryCheck, Phase::Running { .. }) => {
+                // From now, not from when it was due: one read per check,
+                // however late drainit got to run.
+                self.timers.arm(Timer::MemoryCheck, now + self.settings.memory_check);
+                self.read_usage(out);
+            }
             (Timer::Grace, Phase::Stopping { .. } | Phase::Draining { then: Then::Restart(_) | Then::Finish(_) }) => {
                 self.kill_sent = true;
                 out.push(Action::Deadline);
@@ -700,6 +787,7 @@ impl Supervisor {
             code: ending.code.0,
             remapped_from: ending.remapped_from.map(|c| c.0),
             status: self.record.status.clone(),
+            oom_kills: self.record.oom_kills.unwrap_or(0),
         }));
         out.push(Action::Exit(self.record.clone()));
     }
@@ -734,6 +822,10 @@ mod tests {
             ready_timeout: None,
             watchdog_signal: SIGTERM,
             outer: false,
+            oom_counter: true,
+            oom_exit_code: None,
+            memory_stop: None,
+            memory_check: ms(1000),
         }
     }
 
@@ -825,6 +917,7 @@ mod tests {
             Action::SignalAll(sig) => format!("all {}", signals::name(*sig)),
             Action::Deadline => "deadline".into(),
             Action::ReadRetryAfter => "read_retry_after".into(),
+            Action::ReadUsage => "read_usage".into(),
             Action::CreateDrainFile => "drain_file".into(),
             Action::CreateReadyFile => "ready_file".into(),
             Action::RemoveReadyFile => "ready_file_gone".into(),
@@ -1100,7 +1193,7 @@ mod tests {
         let mut st = killed();
         st.feed(5001, Reaped(W, Outcome::Signaled(9)));
         let out = st.actions(5002, Children { left: false });
-        assert_eq!(out[0], Action::Log(Event::Exit { code: 137, remapped_from: None, status: None }));
+        assert_eq!(out[0], Action::Log(Event::Exit { code: 137, remapped_from: None, status: None, oom_kills: 0 }));
         let [_, Action::Exit(record)] = out.as_slice() else { panic!("{out:?}") };
         assert_eq!(
             record.to_string(),
@@ -1201,7 +1294,7 @@ mod tests {
         let mut st = running(remap());
         st.feed(0, Reaped(W, Outcome::Signaled(SIGTERM)));
         let out = st.actions(0, Children { left: false });
-        assert_eq!(out[0], Action::Log(Event::Exit { code: 0, remapped_from: Some(143), status: None }));
+        assert_eq!(out[0], Action::Log(Event::Exit { code: 0, remapped_from: Some(143), status: None, oom_kills: 0 }));
         // Stop during a backoff sleep: 143, remapped.
         let mut st = draining(remap(), 75);
         st.feed_all(&[(0, i(RetryAfter(None))), (0, i(Children { left: false }))]);
@@ -1231,7 +1324,8 @@ mod tests {
                 "DRAINIT_DEADLINE_REACHED=1",
                 "DRAINIT_STOP_SIGNAL=SIGTERM",
                 "DRAINIT_STOP_REASON=signal",
-                "DRAINIT_ATTEMPT=1"
+                "DRAINIT_ATTEMPT=1",
+                "DRAINIT_OOM_KILLS=0"
             ]
         );
     }
@@ -1535,6 +1629,166 @@ mod tests {
         assert_eq!(st.feed(1200, Children { left: false }), ["log exit", "exit 75"], "a backoff code is final");
     }
 
+    fn memory_stop() -> Settings {
+        Settings { memory_stop: Some(90), memory_check: ms(1000), ..policy() }
+    }
+    fn memory_stopping() -> Story {
+        let mut st = running(memory_stop());
+        st.feed(0, Signal(SIGTERM));
+        st
+    }
+    fn oom_rose() -> Story {
+        let mut st = running(policy());
+        st.feed(0, OomKills(1));
+        st
+    }
+    fn killed_oom_rose() -> Story {
+        let mut st = killed();
+        st.feed(5000, OomKills(1));
+        st
+    }
+    fn memory_sleeping() -> Story {
+        let mut st = running(memory_stop());
+        st.feed(0, Reaped(W, exited(75)));
+        st.feed_all(&[(0, i(RetryAfter(Some(ms(300))))), (0, i(Children { left: false }))]);
+        st
+    }
+
+    /// The memory inputs: phase x input -> actions + phase. `--memory-stop
+    /// 90` and a check every second where set.
+    #[test]
+    fn memory_transitions() {
+        type Row = (&'static str, fn() -> Story, u64, Step, &'static [&'static str], &'static str);
+        let stop: &[&str] = &["log memory_stop", "drain_file", "forward SIGTERM", "no_restart"];
+        let rows: &[Row] = &[
+            ("the check comes due: one read", || running(memory_stop()), 1000, Tick, &["read_usage"], "running"),
+            ("a memory event: one read", || running(memory_stop()), 10, i(MemoryEvent), &["read_usage"], "running"),
+            ("no option: an event reads nothing", || running(policy()), 10, i(MemoryEvent), &[], "running"),
+            ("under the percent", || running(memory_stop()), 10, i(Usage { used: 89, limit: 100 }), &[], "running"),
+            (
+                "at the percent: a stop",
+                || running(memory_stop()),
+                10,
+                i(Usage { used: 90, limit: 100 }),
+                stop,
+                "stopping",
+            ),
+            ("a stop came first: no read", memory_stopping, 10, i(MemoryEvent), &[], "stopping"),
+            ("a stop came first: no check", memory_stopping, 1000, Tick, &[], "stopping"),
+            (
+                "a stop came first: a reading changes nothing",
+                memory_stopping,
+                10,
+                i(Usage { used: 100, limit: 100 }),
+                &[],
+                "stopping",
+            ),
+            ("asleep: no read", memory_sleeping, 10, i(MemoryEvent), &[], "sleeping"),
+            ("an OOM kill is told", || running(policy()), 10, i(OomKills(1)), &["log oom_kill"], "running"),
+            ("told once", oom_rose, 10, i(OomKills(1)), &[], "running"),
+            (
+                "the worker's SIGKILL after the count rose",
+                oom_rose,
+                10,
+                i(Reaped(W, Outcome::Signaled(SIGKILL))),
+                &["log child_exited", "all SIGTERM"],
+                "draining",
+            ),
+            ("an OOM kill while asleep is told", sleeping, 10, i(OomKills(2)), &["log oom_kill"], "sleeping"),
+        ];
+        for (name, start, at, step, actions, phase) in rows {
+            let mut st = start();
+            assert_eq!(st.feed(*at, step.clone()), *actions, "{name}: actions");
+            assert_eq!(st.phase(), *phase, "{name}: phase");
+        }
+    }
+
+    /// The worker's end, told: `oom=1` only for a SIGKILL drainit did not
+    /// send while the count rose; its code, `--oom-exit-code`, then remapped.
+    #[test]
+    fn an_oom_killed_worker() {
+        let sigkill = Outcome::Signaled(SIGKILL);
+        let oom_line = |st: &mut Story, outcome| {
+            let out = st.actions(10, Reaped(W, outcome));
+            out.iter()
+                .find_map(|a| match a {
+                    Action::Log(e @ Event::ChildExited { .. }) => Some(e.to_string()),
+                    _ => None,
+                })
+                .unwrap_or_default()
+        };
+        assert!(oom_line(&mut oom_rose(), sigkill).ends_with(" oom=1"));
+        assert!(!oom_line(&mut running(policy()), sigkill).contains("oom"), "no count rose");
+        assert!(!oom_line(&mut oom_rose(), exited(3)).contains("oom"), "a child's kill: exit 3");
+        assert!(!oom_line(&mut killed_oom_rose(), sigkill).contains("oom"), "drainit's own SIGKILL");
+        let rows: [(&str, Option<Code>, Remap, i32); 3] = [
+            ("137", None, Remap::default(), 137),
+            ("--oom-exit-code", Some(Code(3)), Remap::default(), 3),
+            ("then --remap-exit", Some(Code(3)), Remap::parse(["3:4", "137:5"]).unwrap(), 4),
+        ];
+        for (name, oom_exit_code, remap, code) in rows {
+            let mut st = Story::new(Settings { oom_exit_code, remap, ..with_finish() });
+            st.feed(0, Spawned(W));
+            st.feed(0, OomKills(1));
+            st.feed(10, Reaped(W, sigkill));
+            let out = st.actions(10, Children { left: false });
+            let Some(Action::SpawnFinish(record)) = out.first() else { panic!("{name}: {out:?}") };
+            assert_eq!(record.code(), Code(code), "{name}");
+            let vars = record.finish_vars();
+            assert!(vars.contains(&("DRAINIT_WORKER_STATUS", "oom_kill".into())), "{name}: {vars:?}");
+            assert!(vars.contains(&("DRAINIT_OOM_KILLS", "1".into())), "{name}");
+        }
+        let mut st = Story::new(Settings { oom_counter: false, ..with_finish() });
+        st.feed(0, Spawned(W));
+        st.feed(10, Reaped(W, exited(0)));
+        let out = st.actions(10, Children { left: false });
+        let Some(Action::SpawnFinish(record)) = out.first() else { panic!("{out:?}") };
+        assert!(record.finish_vars().contains(&("DRAINIT_OOM_KILLS", "unknown".into())), "no counter found");
+    }
+
+    #[test]
+    fn the_memory_check_is_the_one_periodic_wakeup_and_only_with_the_option() {
+        let st = running(policy());
+        assert_eq!(st.deadline(), None, "no option: no timer while the worker runs");
+        let mut st = running(memory_stop());
+        assert_eq!(st.deadline(), Some(ms(1000)));
+        st.feed(1300, Tick);
+        assert_eq!(st.deadline(), Some(ms(2300)), "re-armed from when it ran");
+        st.feed(1400, Signal(SIGTERM));
+        assert_eq!(st.deadline(), Some(ms(6400)), "a stop: only its grace is left");
+        let mut st = running(memory_stop());
+        st.feed(10, Reaped(W, exited(75)));
+        assert_eq!(st.s.timers.get(crate::timers::Timer::MemoryCheck), None, "no worker, no check");
+    }
+
+    #[test]
+    fn a_memory_stop_is_the_watchdogs_stop() {
+        let mut st = running(Settings { rewrite: Rewrite::parse(["TERM:QUIT"]).unwrap(), ..memory_stop() });
+        let out = st.actions(10, Usage { used: 95 << 20, limit: 100 << 20 });
+        assert_eq!(
+            out[0],
+            Action::Log(Event::MemoryStop {
+                used: 95 << 20,
+                limit: 100 << 20,
+                percent: 90,
+                signal: SIGQUIT,
+                status: None
+            }),
+            "the signal as it goes out"
+        );
+        assert_eq!(st.feed(20, Reaped(W, exited(0))), ["log child_exited", "all SIGTERM"]);
+        let out = st.actions(20, Children { left: false });
+        let Some(Action::Exit(record)) = out.get(1) else { panic!("{out:?}") };
+        assert_eq!(record.code(), Code(143), "never 0: 128 + SIGTERM");
+        assert!(record.to_string().contains(" reason=memory"), "{record}");
+        let mut st = running(Settings { finish_timeout: Some(ms(3000)), ..memory_stop() });
+        st.feed(10, Usage { used: 90, limit: 100 });
+        st.feed(20, Reaped(W, exited(75)));
+        let out = st.actions(20, Children { left: false });
+        let Some(Action::SpawnFinish(record)) = out.first() else { panic!("no restart: {out:?}") };
+        assert!(record.finish_vars().contains(&("DRAINIT_STOP_REASON", "memory".into())));
+    }
+
     #[test]
     fn the_watchdog_is_rearmed_for_every_attempt() {
         let mut st = Story::new(watched());
@@ -1635,6 +1889,13 @@ mod tests {
             exited: Option<Code>,
             failed_spawn: Option<Code>,
             break_exec: bool,
+            /// The working set is past `--memory-stop`'s percent.
+            over: bool,
+            /// OOM kills so far, and whether one came since the last spawn.
+            oom_kills: u64,
+            oom_since_spawn: bool,
+            /// The worker's last death was the OOM killer's.
+            last_oom: bool,
         }
 
         #[derive(Clone, Copy, Debug)]
@@ -1653,6 +1914,11 @@ mod tests {
             Ping,
             Trigger,
             BreakExec,
+            /// The memory cgroup: an OOM kill counted, an event, the
+            /// working set climbing past the percent.
+            OomKill,
+            MemoryEvent,
+            OverLimit,
         }
 
         const ALPHABET: [Ext; 15] = [
@@ -1672,6 +1938,21 @@ mod tests {
             Ext::Trigger,
             Ext::BreakExec,
         ];
+
+        /// With `--memory-stop`, the memory inputs instead of the notify
+        /// ones (readiness is explored in its own configurations): the
+        /// states to explore stay as many.
+        fn alphabet(settings: &Settings) -> Vec<Ext> {
+            if settings.memory_stop.is_none() {
+                return ALPHABET.to_vec();
+            }
+            let notify = |e: &Ext| matches!(e, Ext::Ready | Ext::Ping | Ext::Trigger);
+            ALPHABET
+                .into_iter()
+                .filter(|e| !notify(e))
+                .chain([Ext::OomKill, Ext::MemoryEvent, Ext::OverLimit])
+                .collect()
+        }
 
         impl World {
             fn alive(&self) -> bool {
@@ -1714,6 +1995,7 @@ mod tests {
                         }
                         self.next_pid += 1;
                         self.killed_since_stop = false;
+                        self.oom_since_spawn = false;
                         self.worker = Some(self.next_pid);
                         self.worker_ran = true;
                         Some(Spawned(self.next_pid))
@@ -1760,8 +2042,30 @@ mod tests {
                         self.exited = Some(record.code());
                         None
                     }
+                    Action::ReadUsage => {
+                        if self.stop_at.is_some() {
+                            fail("memory read after a stop began");
+                        }
+                        if self.s.settings.memory_stop.is_none() {
+                            fail("memory read without --memory-stop");
+                        }
+                        if self.worker.is_none() {
+                            fail("memory read with no worker running");
+                        }
+                        Some(Usage { used: if self.over { 95 } else { 50 }, limit: 100 })
+                    }
+                    Action::Log(Event::ChildExited { oom: true, .. }) => {
+                        if !self.oom_since_spawn || self.killed_since_stop {
+                            fail("oom=1 without a count that rose, or after drainit's own SIGKILL");
+                        }
+                        None
+                    }
+                    Action::Log(Event::MemoryStop { .. }) if !self.over => fail("a memory stop under the percent"),
                     Action::Log(
-                        Event::StopRequested { .. } | Event::WatchdogExpired { .. } | Event::ReadyTimeout { .. },
+                        Event::StopRequested { .. }
+                        | Event::WatchdogExpired { .. }
+                        | Event::ReadyTimeout { .. }
+                        | Event::MemoryStop { .. },
                     ) => {
                         if self.stop_at.is_none() {
                             self.stop_at = Some(self.t);
@@ -1806,13 +2110,16 @@ mod tests {
                         _ if !self.worker_ran => self.failed_spawn,
                         (_, Some(sig)) => Some(Code::signal(sig)),
                         (_, None) if self.failed_spawn.is_some() => self.failed_spawn,
+                        (Some(_), None) if self.last_oom && self.s.settings.oom_exit_code.is_some() => {
+                            self.s.settings.oom_exit_code
+                        }
                         (Some(o), None) => Some(o.code()),
                         (None, None) => None,
                     };
                     // A stop drainit began itself never ends in 0.
-                    let own_stop = self.s.record.stop.is_some_and(|s| s.reason != StopReason::Signal);
+                    let own_stop = self.s.record.stop.filter(|s| s.reason != StopReason::Signal);
                     let want = match want {
-                        Some(Code(0)) if own_stop => Some(Code::signal(self.s.settings.watchdog_signal)),
+                        Some(Code(0)) if let Some(stop) = own_stop => Some(Code::signal(stop.signal)),
                         want => want,
                     };
                     if Some(code) != want {
@@ -1844,6 +2151,10 @@ mod tests {
                     exited: None,
                     failed_spawn: None,
                     break_exec: false,
+                    over: false,
+                    oom_kills: 0,
+                    oom_since_spawn: false,
+                    last_oom: false,
                 };
                 let mut out = Vec::new();
                 w.s.start(&mut out);
@@ -1875,6 +2186,8 @@ mod tests {
                             _ => Outcome::Signaled(libc::SIGKILL),
                         };
                         self.last = Some(outcome);
+                        self.last_oom =
+                            matches!(ext, Ext::WorkerKilledBySignal) && self.oom_since_spawn && !self.killed_since_stop;
                         Reaped(self.worker.take().unwrap_or_default(), outcome)
                     }
                     Ext::LeaveChild
@@ -1908,6 +2221,16 @@ mod tests {
                         self.break_exec = true;
                         return true;
                     }
+                    Ext::OomKill => {
+                        self.oom_kills += 1;
+                        self.oom_since_spawn = true;
+                        OomKills(self.oom_kills)
+                    }
+                    Ext::MemoryEvent => MemoryEvent,
+                    Ext::OverLimit if !self.over => {
+                        self.over = true;
+                        return true;
+                    }
                     _ => return false,
                 };
                 self.feed(input, true, path);
@@ -1920,7 +2243,7 @@ mod tests {
             if depth == 0 {
                 return;
             }
-            for ext in ALPHABET {
+            for ext in alphabet(&w.s.settings) {
                 let mut next = w.clone();
                 path.push(format!("{ext:?} at {:?}", w.t - w.t0));
                 if next.step(ext, path) {
@@ -1933,11 +2256,15 @@ mod tests {
         #[test]
         fn every_state_keeps_every_promise() {
             let depth = std::env::var("DRAINIT_EXPLORE_DEPTH").ok().and_then(|d| d.parse().ok()).unwrap_or(DEPTH);
-            let configs: [(&str, Settings); 4] = [
+            let configs: [(&str, Settings); 5] = [
                 ("plain", policy()),
                 ("stop delay, finish program", Settings { stop_delay: ms(2000), ..with_finish() }),
                 ("watchdog, finish program", Settings { finish_timeout: Some(ms(30_000)), ..watched() }),
                 ("ready timeout", Settings { watchdog_signal: SIGTERM, ..ready_gated() }),
+                (
+                    "memory stop, OOM exit code, finish program",
+                    Settings { memory_stop: Some(90), oom_exit_code: Some(Code(3)), ..with_finish() },
+                ),
             ];
             let mut total = 0;
             for (name, settings) in configs {

@@ -15,6 +15,9 @@ pub enum Timer {
     Watchdog,
     /// The worker did not send `READY=1` in time.
     Ready,
+    /// `--memory-check`: read the working set (drainit's one periodic
+    /// wakeup, armed only with `--memory-stop` while the worker runs).
+    MemoryCheck,
     /// The grace deadline: SIGKILL to whatever is left of the worker.
     Grace,
     /// The finish program's bound: SIGKILL to it and what it started.
@@ -24,8 +27,15 @@ pub enum Timer {
 }
 
 impl Timer {
-    pub const ALL: [Timer; 6] =
-        [Timer::StopDelay, Timer::Watchdog, Timer::Ready, Timer::Grace, Timer::Finish, Timer::Backoff];
+    pub const ALL: [Timer; 7] = [
+        Timer::StopDelay,
+        Timer::Watchdog,
+        Timer::Ready,
+        Timer::MemoryCheck,
+        Timer::Grace,
+        Timer::Finish,
+        Timer::Backoff,
+    ];
 
     fn index(self) -> usize {
         self as usize

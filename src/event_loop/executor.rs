@@ -9,6 +9,7 @@ use crate::custody::{Custody, GroupTarget, Walk};
 use crate::events::Event;
 use crate::exit::Code;
 use crate::files::{self, DrainFile, SafeFile};
+use crate::memory::Usage;
 use crate::notify::Outer;
 use crate::procs;
 use crate::retry_after::{PrivateDir, RetryAfter};
@@ -55,6 +56,8 @@ pub struct Executor {
     pub custody: Custody,
     /// Our pid as /proc names it, when /proc belongs to our PID namespace.
     pub proc_self: Option<i32>,
+    /// The memory cgroup's working set and limit, with `--memory-stop`.
+    pub usage: Option<Usage>,
 }
 
 impl Executor {
@@ -87,6 +90,12 @@ impl Executor {
             }
             Action::Deadline => Done::Answer(Input::Killed(self.signal_all(SIGKILL, true))),
             Action::ReadRetryAfter => Done::Answer(Input::RetryAfter(self.retry_after.take())),
+            Action::ReadUsage => match &self.usage {
+                Some(usage) => usage
+                    .working_set()
+                    .map_or(Done::Nothing, |used| Done::Answer(Input::Usage { used, limit: usage.limit })),
+                None => Done::Nothing,
+            },
             Action::CreateDrainFile => {
                 if let Some(file) = &self.drain_file {
                     file.create();

@@ -17,9 +17,10 @@ use crate::custody::Custody;
 use crate::events::Event;
 use crate::exit::Outcome;
 use crate::logging;
+use crate::memory::Counter;
 use crate::notify::{self, Assignment, NotifySocket, Senders};
 use crate::reap::{self, Left};
-use crate::signals::{SIGCHLD, SignalSource, Signo};
+use crate::signals::{SIGCHLD, SIGKILL, SignalSource, Signo};
 use crate::supervisor::{Input, Note};
 
 const SIGNALS_PER_TURN: usize = 64;
@@ -32,6 +33,8 @@ pub struct Ready {
     pub stderr: bool,
     /// Notify messages wait.
     pub notify: bool,
+    /// The memory cgroup's events changed (v2).
+    pub memory: bool,
 }
 
 const NOTES_PER_TURN: usize = 1024;
@@ -47,6 +50,11 @@ pub trait Os {
     /// The waiting notify messages, from processes drainit answers for
     /// (`worker`: the current group's leader), as inputs.
     fn notes(&mut self, worker: Option<i32>, max: usize, each: &mut dyn FnMut(Input));
+    /// The OOM kills since drainit started, when the count rose since the
+    /// last read (which also re-arms the v2 notification).
+    fn oom_kills(&mut self) -> Option<u64> {
+        None
+    }
 }
 
 /// What drainit listens to.
@@ -57,6 +65,8 @@ pub struct Sources {
     pub senders: Senders,
     /// Messages dropped so far: the first is a warning, the rest debug.
     pub rejected: u64,
+    /// The memory cgroup's OOM-kill counter, when one was found.
+    pub memory: Option<Counter>,
 }
 
 /// A source of the wait besides the signals, a row each: what it waits
@@ -66,15 +76,18 @@ pub struct Sources {
 enum Source {
     Stderr,
     Notify,
+    /// cgroup v2's `memory.events`: a change is POLLPRI (kernfs_notify).
+    Memory,
 }
 
 impl Source {
-    const ALL: [Source; 2] = [Source::Stderr, Source::Notify];
+    const ALL: [Source; 3] = [Source::Stderr, Source::Notify, Source::Memory];
 
     fn events(self) -> PollFlags {
         match self {
             Source::Stderr => PollFlags::POLLOUT,
             Source::Notify => PollFlags::POLLIN,
+            Source::Memory => PollFlags::POLLPRI,
         }
     }
 
@@ -82,6 +95,7 @@ impl Source {
         match self {
             Source::Stderr => ready.stderr = true,
             Source::Notify => ready.notify = true,
+            Source::Memory => ready.memory = true,
         }
     }
 }
@@ -92,6 +106,7 @@ impl Sources {
         match source {
             Source::Stderr => stderr,
             Source::Notify => self.notify.as_ref().map(|n| n.as_fd()),
+            Source::Memory => self.memory.as_ref().and_then(Counter::poll_fd),
         }
     }
 }
@@ -143,6 +158,10 @@ impl Os for Sources {
         reap::reap_pending(max, each)
     }
 
+    fn oom_kills(&mut self) -> Option<u64> {
+        self.memory.as_mut().and_then(Counter::rose)
+    }
+
     fn notes(&mut self, worker: Option<i32>, max: usize, each: &mut dyn FnMut(Input)) {
         let Some(socket) = &mut self.notify else { return };
         let (senders, rejected) = (self.senders, &mut self.rejected);
@@ -191,6 +210,8 @@ pub struct Gather {
     take_failed: Option<Errno>,
     /// The wait found notify messages.
     notify: bool,
+    /// The wait found the memory cgroup's events changed.
+    memory: bool,
 }
 
 impl Gather {
@@ -209,6 +230,7 @@ impl Gather {
                     logging::flush();
                 }
                 self.notify = ready.notify;
+                self.memory = ready.memory;
             }
             Err(e) => self.loop_error("ppoll", e, custody),
         }
@@ -239,7 +261,8 @@ impl Gather {
     }
 
     /// The rest of the turn, after its signals: a bounded batch of reaped
-    /// children and the end of the round, into `inputs`.
+    /// children and the end of the round, into `inputs`, the OOM-kill count
+    /// before them when it rose, and the memory event after them.
     pub fn reaped<O: Os>(&mut self, os: &mut O, custody: &mut Custody) {
         if std::mem::take(&mut self.sigchld) {
             custody.sigchld();
@@ -251,15 +274,30 @@ impl Gather {
             // A turn without an error ends a streak.
             self.errors = 0;
         }
+        let first_reaped = self.inputs.len();
+        // When the OOM-kill count may have moved: a child died of SIGKILL
+        // (v1 has no other notification), or none is left (what follows is
+        // a restart, the finish program or the exit, which tell the count).
+        let event = std::mem::take(&mut self.memory);
+        let mut count_moved = event;
         if custody.take_reap() {
             let inputs = &mut self.inputs;
             let left = os.reap(REAPED_PER_TURN, &mut |pid, outcome| {
                 custody.reaped(pid);
+                count_moved |= outcome == Outcome::Signaled(SIGKILL);
                 inputs.push(Input::Reaped(pid, outcome));
             });
             if let Some(left) = custody.round_ended(!self.inputs.is_empty(), left) {
+                count_moved |= !left;
                 self.inputs.push(Input::Children { left });
             }
+        }
+        if count_moved && let Some(total) = os.oom_kills() {
+            self.inputs.insert(first_reaped, Input::OomKills(total));
+        }
+        if event {
+            // A time to read the usage: the supervisor decides whether to.
+            self.inputs.push(Input::MemoryEvent);
         }
     }
 

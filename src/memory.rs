@@ -1,0 +1,220 @@
+//! The memory cgroup at the edge: the OOM-kill counter (found at start,
+//! held open, read again when it may have moved; on v2 also a source of
+//! the one wait) and, with `--memory-stop`, the working set and the limit.
+//! What the numbers mean is the supervisor's.
+
+use std::fs::File;
+use std::io;
+use std::os::fd::{AsFd, BorrowedFd};
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+
+use crate::cgroup::{self, Place, Version};
+use crate::events::Event;
+
+/// The cgroup files drainit reads are a few lines; memory.stat is the
+/// longest (some 40 lines).
+const BUF: usize = 4096;
+
+/// What start-up finds: the counter (always looked for) and, when
+/// `--memory-stop` wants them, the working set's files; where they cannot
+/// be had, `memory_stop_off` says why and the option stays off.
+pub fn find(memory_stop: bool) -> (Option<Counter>, Option<Usage>) {
+    let counter = Counter::find();
+    if !memory_stop {
+        return (counter, None);
+    }
+    match Usage::open(counter.as_ref().map(Counter::place)) {
+        Ok(usage) => (counter, Some(usage)),
+        Err(off) => {
+            Event::MemoryStopOff { reason: off.reason() }.emit();
+            (counter, None)
+        }
+    }
+}
+
+/// The OOM-kill counter of drainit's memory cgroup.
+pub struct Counter {
+    file: File,
+    version: Version,
+    /// The count when drainit started, and when it was last read.
+    start: u64,
+    last: u64,
+    place: Place,
+}
+
+impl Counter {
+    /// Look for the counter: a container's own cgroup at the mount's root
+    /// first (one `open` for a v2 container), then the places
+    /// /proc/self/cgroup names. None where nothing is found or readable.
+    pub fn find() -> Option<Counter> {
+        let root = Path::new(cgroup::ROOT);
+        if let Some(counter) = Counter::open(cgroup::mount_root_v2(root)) {
+            return Some(counter);
+        }
+        let text = read_small(Path::new("/proc/self/cgroup"))?;
+        cgroup::places(&text, root).into_iter().find_map(Counter::open)
+    }
+
+    fn open(place: Place) -> Option<Counter> {
+        let file = File::open(place.dir.join(place.version.counter())).ok()?;
+        let start = count(&file)?;
+        Some(Counter { file, version: place.version, start, last: start, place })
+    }
+
+    pub fn place(&self) -> &Place {
+        &self.place
+    }
+
+    /// On v2 the file wakes the wait when it changes (POLLPRI); v1 has no
+    /// such notification without write access.
+    pub fn poll_fd(&self) -> Option<BorrowedFd<'_>> {
+        (self.version == Version::V2).then(|| self.file.as_fd())
+    }
+
+    /// The kills since drainit started, when the count rose since the last
+    /// read. Reading it also re-arms the v2 notification.
+    pub fn rose(&mut self) -> Option<u64> {
+        let now = count(&self.file)?;
+        if now <= self.last {
+            return None;
+        }
+        self.last = now;
+        Some(now.saturating_sub(self.start))
+    }
+}
+
+fn count(file: &File) -> Option<u64> {
+    let mut buf = [0u8; BUF];
+    let text = pread(file, &mut buf).ok()?;
+    // A kernel without the line (v1 before 4.13) counts nothing.
+    cgroup::keyed(text, "oom_kill")
+}
+
+/// The working set and the limit, for `--memory-stop`.
+pub struct Usage {
+    usage: File,
+    stat: File,
+    version: Version,
+    pub limit: u64,
+}
+
+/// Why `--memory-stop` stays off (`memory_stop_off`'s reason).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Off {
+    NoCgroup,
+    NoLimit,
+    Unreadable,
+}
+
+impl Off {
+    pub fn reason(self) -> &'static str {
+        match self {
+            Off::NoCgroup => "no_cgroup",
+            Off::NoLimit => "no_limit",
+            Off::Unreadable => "unreadable",
+        }
+    }
+}
+
+impl Usage {
+    /// The files of the cgroup the counter was found in, and its limit.
+    pub fn open(place: Option<&Place>) -> Result<Usage, Off> {
+        let place = place.ok_or(Off::NoCgroup)?;
+        let version = place.version;
+        let open = |name: &str| File::open(place.dir.join(name)).map_err(|_| Off::Unreadable);
+        let (usage, stat) = (open(version.usage())?, open("memory.stat")?);
+        let limit = read_small(&place.dir.join(version.limit())).ok_or(Off::Unreadable)?;
+        let machine = nix::sys::sysinfo::sysinfo().map_or(0, |s| s.ram_total());
+        let limit = cgroup::limit(&limit, machine).ok_or(Off::NoLimit)?;
+        let usage = Usage { usage, stat, version, limit };
+        usage.working_set().ok_or(Off::Unreadable)?;
+        Ok(usage)
+    }
+
+    /// The working set as the kubelet computes it: the usage less the
+    /// inactive page cache.
+    pub fn working_set(&self) -> Option<u64> {
+        let mut buf = [0u8; BUF];
+        let used = cgroup::number(pread(&self.usage, &mut buf).ok()?)?;
+        let inactive = cgroup::keyed(pread(&self.stat, &mut buf).ok()?, self.version.inactive_file()).unwrap_or(0);
+        Some(used.saturating_sub(inactive))
+    }
+}
+
+/// The file's text from its start, as much as `buf` holds.
+fn pread<'a>(file: &File, buf: &'a mut [u8]) -> io::Result<&'a str> {
+    let mut n = 0;
+    while n < buf.len() {
+        match file.read_at(&mut buf[n..], n as u64)? {
+            0 => break,
+            got => n += got,
+        }
+    }
+    std::str::from_utf8(&buf[..n]).map_err(|_| io::ErrorKind::InvalidData.into())
+}
+
+/// A small file read whole, in one read when it fits (procfs and cgroupfs
+/// give all they have at once).
+fn read_small(path: &Path) -> Option<String> {
+    let file = File::open(path).ok()?;
+    let mut buf = [0u8; BUF];
+    let got = file.read_at(&mut buf, 0).ok()?;
+    String::from_utf8(buf[..got].to_vec()).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A cgroup directory as a fixture tree in a temp dir.
+    fn tree(files: &[(&str, &str)]) -> std::path::PathBuf {
+        let dir = std::env::temp_dir().join(format!("drainit-memory-{}-{:p}", std::process::id(), files));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        for (name, text) in files {
+            std::fs::write(dir.join(name), text).unwrap();
+        }
+        dir
+    }
+
+    #[test]
+    fn the_counter_counts_from_the_start() {
+        let dir = tree(&[("memory.events", "oom 1\noom_kill 4\n")]);
+        let mut counter = Counter::open(Place { version: Version::V2, dir: dir.clone() }).unwrap();
+        assert!(counter.poll_fd().is_some(), "v2: a source of the wait");
+        assert_eq!(counter.rose(), None, "nothing new");
+        std::fs::write(dir.join("memory.events"), "oom 2\noom_kill 6\n").unwrap();
+        assert_eq!(counter.rose(), Some(2), "two since the start");
+        assert_eq!(counter.rose(), None, "told once");
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn v1_has_no_source() {
+        let dir = tree(&[("memory.oom_control", "oom_kill_disable 0\nunder_oom 0\noom_kill 0\n")]);
+        let counter = Counter::open(Place { version: Version::V1, dir: dir.clone() }).unwrap();
+        assert!(counter.poll_fd().is_none());
+        assert!(Counter::open(Place { version: Version::V2, dir: dir.clone() }).is_none(), "no such file");
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn the_working_set_and_why_it_is_off() {
+        let files = [
+            ("memory.current", "1000000\n"),
+            ("memory.stat", "anon 10\ninactive_file 300000\n"),
+            ("memory.max", "2000000\n"),
+        ];
+        let dir = tree(&files);
+        let place = Place { version: Version::V2, dir: dir.clone() };
+        let usage = Usage::open(Some(&place)).unwrap();
+        assert_eq!((usage.working_set(), usage.limit), (Some(700_000), 2_000_000));
+        std::fs::write(dir.join("memory.max"), "max\n").unwrap();
+        assert_eq!(Usage::open(Some(&place)).err(), Some(Off::NoLimit));
+        std::fs::remove_file(dir.join("memory.current")).unwrap();
+        assert_eq!(Usage::open(Some(&place)).err(), Some(Off::Unreadable));
+        assert_eq!(Usage::open(None).err(), Some(Off::NoCgroup));
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
