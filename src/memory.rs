@@ -9,6 +9,9 @@ use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
+use nix::fcntl::{AT_FDCWD, OFlag, openat};
+use nix::sys::stat::Mode;
+
 use crate::cgroup::{self, Place, Version};
 use crate::events::Event;
 
@@ -52,12 +55,14 @@ impl Counter {
         if let Some(counter) = Counter::open(cgroup::mount_root_v2(root)) {
             return Some(counter);
         }
-        let text = read_small(Path::new("/proc/self/cgroup"))?;
-        cgroup::places(&text, root).into_iter().find_map(Counter::open)
+        let file = open(Path::new("/proc/self/cgroup"))?;
+        let mut buf = [0u8; BUF];
+        let text = pread(&file, &mut buf).ok()?;
+        cgroup::places(text, root).into_iter().find_map(Counter::open)
     }
 
     fn open(place: Place) -> Option<Counter> {
-        let file = File::open(place.dir.join(place.version.counter())).ok()?;
+        let file = open(&place.dir.join(place.version.counter()))?;
         let start = count(&file)?;
         Some(Counter { file, version: place.version, start, last: start, place })
     }
@@ -122,7 +127,7 @@ impl Usage {
     pub fn open(place: Option<&Place>) -> Result<Usage, Off> {
         let place = place.ok_or(Off::NoCgroup)?;
         let version = place.version;
-        let open = |name: &str| File::open(place.dir.join(name)).map_err(|_| Off::Unreadable);
+        let open = |name: &str| open(&place.dir.join(name)).ok_or(Off::Unreadable);
         let (usage, stat) = (open(version.usage())?, open("memory.stat")?);
         let limit = read_small(&place.dir.join(version.limit())).ok_or(Off::Unreadable)?;
         let machine = nix::sys::sysinfo::sysinfo().map_or(0, |s| s.ram_total());
@@ -142,7 +147,9 @@ impl Usage {
     }
 }
 
-/// The file's text from its start, as much as `buf` holds.
+/// The file's text from its start, as much as `buf` holds. cgroupfs and
+/// procfs give all they have to one read that has room for it: a short
+/// read is the end (no second read to find it).
 fn pread<'a>(file: &File, buf: &'a mut [u8]) -> io::Result<&'a str> {
     let mut n = 0;
     while n < buf.len() {
@@ -150,17 +157,25 @@ fn pread<'a>(file: &File, buf: &'a mut [u8]) -> io::Result<&'a str> {
             0 => break,
             got => n += got,
         }
+        if n < buf.len() {
+            break;
+        }
     }
     std::str::from_utf8(&buf[..n]).map_err(|_| io::ErrorKind::InvalidData.into())
 }
 
-/// A small file read whole, in one read when it fits (procfs and cgroupfs
-/// give all they have at once).
+/// Open for reading, close-on-exec, in one call (std's `File::open` adds
+/// an fcntl on musl).
+fn open(path: &Path) -> Option<File> {
+    let fd = openat(AT_FDCWD, path, OFlag::O_RDONLY | OFlag::O_CLOEXEC, Mode::empty()).ok()?;
+    Some(File::from(fd))
+}
+
+/// A small file read whole.
 fn read_small(path: &Path) -> Option<String> {
-    let file = File::open(path).ok()?;
+    let file = open(path)?;
     let mut buf = [0u8; BUF];
-    let got = file.read_at(&mut buf, 0).ok()?;
-    String::from_utf8(buf[..got].to_vec()).ok()
+    Some(pread(&file, &mut buf).ok()?.to_string())
 }
 
 #[cfg(test)]

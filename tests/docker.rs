@@ -556,3 +556,51 @@ fn retry_after_without_tmp_or_dev_shm_is_one_warning() {
         "delay {delay:?} is not in [500ms, 1s]:\n{log}"
     );
 }
+
+// ---------------------------------------------------------------------------
+// Memory (issue 32): Docker `--memory` on this machine's cgroup v1, drainit
+// PID 1 of the container, its own memory cgroup at the mount's root (no
+// cgroup namespace: /proc/self/cgroup names a path the mount does not have).
+
+/// A limit the kernel enforces without swap to climb into.
+const MEMORY_64M: [&str; 4] = ["--memory", "64m", "--memory-swap", "64m"];
+
+/// The worker OOM-killed under `--memory`: told, and exiting
+/// DRAINIT_OOM_EXIT_CODE; a worker's child OOM-killed: told, the worker's
+/// own code kept.
+#[test]
+fn an_oom_kill_under_docker_memory_is_told() {
+    let image = rig();
+    let dd = ["dd", "if=/dev/zero", "of=/dev/null", "bs=300M", "count=1"];
+    let (_c, out) = Container::run(docker(), &MEMORY_64M, &[("DRAINIT_OOM_EXIT_CODE", "3")], &image.tag, &dd);
+    assert_eq!(out.code(), Some(3), "the worker OOM-killed:\n{}", out.text());
+    assert_log_has(&out.stderr, "event=oom_kill count=1 total=1", "the kill told");
+    assert_log_has(&out.stderr, "signal=SIGKILL code=137 oom=1", "the worker's end");
+    assert_log_has(&out.stderr, "event=exit code=3 oom_kills=1", "the exit");
+    let script = "dd if=/dev/zero of=/dev/null bs=300M count=1; exit 3";
+    let (_c, out) = Container::run(docker(), &MEMORY_64M, &[], &image.tag, &["sh", "-c", script]);
+    assert_eq!(out.code(), Some(3), "a child OOM-killed:\n{}", out.text());
+    assert_log_has(&out.stderr, "event=oom_kill count=1 total=1", "the child's kill told");
+    assert_log_has(&out.stderr, "event=exit code=3 oom_kills=1", "the exit");
+}
+
+/// A climb of 2 MiB every 20 ms (files in /dev/shm, which the cgroup is
+/// charged for and no reclaim frees) under `--memory 64m` is stopped at 50%:
+/// the worker's TERM trap cleans up, drainit exits 143, and nothing was
+/// OOM-killed.
+#[test]
+fn a_climb_under_docker_memory_is_turned_into_a_stop() {
+    let image = rig();
+    let script = "trap 'rm -f /dev/shm/c*; echo cleaned >&2; exit 0' TERM; i=0; \
+                  while [ $i -lt 100 ]; do dd if=/dev/zero of=/dev/shm/c$i bs=2M count=1 2>/dev/null; \
+                  i=$((i+1)); usleep 20000; done; sleep 1000 & wait";
+    let opts = [&MEMORY_64M[..], &["--shm-size", "256m"]].concat();
+    let env = [("DRAINIT_MEMORY_STOP", "50"), ("DRAINIT_MEMORY_CHECK", "10ms")];
+    let (c, out) = Container::run(docker(), &opts, &env, &image.tag, &["sh", "-c", script]);
+    assert_eq!(out.code(), Some(143), "never 0 after a stop drainit began:\n{}", out.text());
+    assert_log_has(&out.stderr, "event=memory_stop", "the stop");
+    assert_log_has(&out.stderr, "limit=67108864 percent=50 signal=SIGTERM", "its keys");
+    assert_log_has(&out.stderr, "cleaned", "the worker's cleanup ran");
+    assert!(!out.stderr.contains("event=oom_kill"), "{}", out.text());
+    assert_eq!(c.inspect("{{.State.OOMKilled}}").trim(), "false", "{}", out.text());
+}
