@@ -68,7 +68,7 @@ struct Opt {
     help: &'static str,
 }
 
-const OPTIONS: [Opt; 17] = [
+const OPTIONS: [Opt; 18] = [
     Opt {
         id: "grace",
         long: "grace",
@@ -177,6 +177,17 @@ const OPTIONS: [Opt; 17] = [
         hyphen: true,
         help: "The most the finish program may take when no stop is under way (during a stop: until the \
             grace deadline) [default: 5s]",
+    },
+    Opt {
+        id: "state_dir",
+        long: "state-dir",
+        env: "DRAINIT_STATE_DIR",
+        value_name: "DIR",
+        list: false,
+        hyphen: true,
+        help: "A directory that outlives the container's processes (a volume; a Docker container's own \
+            filesystem): drainit keeps its record there and, when its predecessor died without its exit, runs \
+            the finish program before the worker",
     },
     Opt {
         id: "remap_exit",
@@ -312,6 +323,8 @@ pub struct Config {
     /// The finish program, as it is exec'd.
     pub finish: Option<OsString>,
     pub finish_timeout: Duration,
+    /// Where drainit keeps its record (see state.rs).
+    pub state_dir: Option<PathBuf>,
     pub remap: Remap,
     pub termination_log: Option<PathBuf>,
     pub log_filter: String,
@@ -355,7 +368,7 @@ const MARGIN: Duration = Duration::from_secs(1);
 /// What drainit sets for the worker and the finish program (a drainit
 /// started under another one sees them), and the build's commit (which
 /// cargo sets for build.rs's output and `cargo test`): no typos.
-const SET_FOR_OTHERS: [&str; 9] = [
+const SET_FOR_OTHERS: [&str; 12] = [
     "DRAINIT_GIT_COMMIT",
     "DRAINIT_ATTEMPT",
     crate::retry_after::VAR,
@@ -365,6 +378,9 @@ const SET_FOR_OTHERS: [&str; 9] = [
     "DRAINIT_STOP_SIGNAL",
     "DRAINIT_STOP_REASON",
     "DRAINIT_WORKER_STATUS_TEXT",
+    crate::state::PREDECESSOR_VAR,
+    crate::state::PREDECESSOR_PID_VAR,
+    crate::state::PREDECESSOR_STARTED_VAR,
 ];
 
 /// The names under which dockerd and podman run their init: drainit stands
@@ -544,6 +560,7 @@ fn parse_all(args: Vec<OsString>) -> Result<Config, Halt> {
         None => None,
     };
     let (finish_timeout, _) = duration("finish_timeout", FINISH_TIMEOUT)?;
+    let state_dir = path("state_dir")?.map(PathBuf::from);
     let remap = Remap::parse(many("remap_exit")?.iter().map(String::as_str))
         .map_err(|why| Halt::Invalid(format!("{} {why}", origin("remap_exit"))))?;
     let termination_log = match path("termination_log")? {
@@ -595,6 +612,7 @@ fn parse_all(args: Vec<OsString>) -> Result<Config, Halt> {
         backoff: backoff::Policy { codes, delay, max_delay, timeout },
         finish,
         finish_timeout,
+        state_dir,
         remap,
         termination_log,
         log_filter,
@@ -1027,7 +1045,7 @@ mod tests {
     fn every_option_is_read_and_named_by_its_flag() {
         for opt in &OPTIONS {
             let bad = match opt.id {
-                "drain_file" | "termination_log" | "ready_file" => "",
+                "drain_file" | "termination_log" | "ready_file" | "state_dir" => "",
                 "rewrite" | "remap_exit" => "x",
                 "backoff_exit_codes" => "0",
                 "finish" => "/nonexistent",

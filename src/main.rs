@@ -31,6 +31,7 @@ mod record;
 mod retry_after;
 mod signals;
 mod spawn;
+mod state;
 mod supervisor;
 #[allow(unsafe_code)]
 mod sys;
@@ -109,6 +110,12 @@ fn run(args: Vec<OsString>) -> ! {
             exit(Code::CONFIG)
         }
     };
+    // Before the worker, and before anything it could see: a second
+    // drainit on DIR, or a DIR that cannot be kept, is a refusal.
+    let (state, verdict) = match config.state_dir.as_deref().map(|dir| state::setup(dir, me)).transpose() {
+        Ok(opened) => opened.unzip(),
+        Err(line) => fail(Code::CONFIG, line),
+    };
     let notifying = config.watchdog.is_some() || config.ready_timeout.is_some() || config.ready_file.is_some();
     let private = private_dir(RetryAfter::wants_dir() || notifying);
     let retry_after = RetryAfter::new(private.as_ref());
@@ -137,6 +144,9 @@ fn run(args: Vec<OsString>) -> ! {
     let watchdog_pid = notify.is_some() && config.watchdog.is_some();
     let mut supervisor =
         Supervisor::new(settings(config, finish.is_some(), notify.is_some(), outer.is_some()), seed(me));
+    if let Some(state::Verdict::Unclean(predecessor)) = verdict {
+        supervisor.sweep_first(predecessor);
+    }
     let mut exec = Executor {
         spawner: Spawner::new(take_tty, watchdog_pid),
         private,
@@ -151,6 +161,8 @@ fn run(args: Vec<OsString>) -> ! {
         termination_log,
         custody: Custody::new(mode, proc_self.is_some()),
         proc_self,
+        state,
+        swept: None,
     };
     let mut sources = Sources { signals, notify, senders, rejected: 0 };
     let code = event_loop::run(&mut supervisor, &mut exec, &mut sources);
