@@ -209,8 +209,16 @@ pub fn setup(path: &Path, me: i32) -> Result<(StateDir, Verdict), String> {
     })?;
     // Root passes access() whatever the mode, but not on a read-only mount.
     access(path, AccessFlags::W_OK).map_err(|e| refuse(format!("is not writable: {}", e.desc())))?;
-    let lock = open_regular(&dir, LOCK, OFlag::O_RDWR | OFlag::O_CREAT)
-        .map_err(|why| refuse(format!("cannot hold its lock {LOCK}: {why}")))?;
+    let lock = match open_regular(&dir, LOCK, OFlag::O_RDWR | OFlag::O_CREAT) {
+        // Something planted at the lock's name (a link, a FIFO) must not
+        // keep drainit from starting: it goes, and the lock is made anew
+        // (drainit's own lock file is always a regular file, never removed).
+        Err(Unopened { planted: true, .. }) => unlinkat(&dir, LOCK, UnlinkatFlags::NoRemoveDir)
+            .map_err(|e| Unopened { planted: true, missing: false, why: e.desc().to_string() })
+            .and_then(|()| open_regular(&dir, LOCK, OFlag::O_RDWR | OFlag::O_CREAT | OFlag::O_EXCL)),
+        other => other,
+    }
+    .map_err(|e| refuse(format!("cannot hold its lock {LOCK}: {}", e.why)))?;
     let lock = Flock::lock(lock, FlockArg::LockExclusiveNonblock).map_err(|(_, e)| match e {
         Errno::EWOULDBLOCK => {
             refuse("is in use by another drainit (two drainits must not share a state directory)".into())
@@ -229,18 +237,26 @@ pub fn setup(path: &Path, me: i32) -> Result<(StateDir, Verdict), String> {
     Ok((state, verdict))
 }
 
+/// Why a name in DIR was not opened; `planted`: something other than a
+/// regular file is there.
+struct Unopened {
+    planted: bool,
+    missing: bool,
+    why: String,
+}
+
 /// `name` in `dir`, opened without following a link, and only if it is a
 /// regular file (a FIFO or a device planted there is not opened for real:
 /// O_NONBLOCK, then checked).
-fn open_regular(dir: &OwnedFd, name: &str, flags: OFlag) -> Result<OwnedFd, String> {
+fn open_regular(dir: &OwnedFd, name: &str, flags: OFlag) -> Result<OwnedFd, Unopened> {
     let flags = flags | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC | OFlag::O_NONBLOCK;
     let fd = openat(dir, name, flags, Mode::from_bits_truncate(0o600)).map_err(|e| match e {
-        Errno::ELOOP => "is a link".to_string(),
-        e => e.desc().to_string(),
+        Errno::ELOOP => Unopened { planted: true, missing: false, why: "is a link".into() },
+        e => Unopened { planted: false, missing: e == Errno::ENOENT, why: e.desc().into() },
     })?;
-    let st = fstat(&fd).map_err(|e| e.desc().to_string())?;
+    let st = fstat(&fd).map_err(|e| Unopened { planted: false, missing: false, why: e.desc().into() })?;
     if SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT != SFlag::S_IFREG {
-        return Err("is not a regular file".into());
+        return Err(Unopened { planted: true, missing: false, why: "is not a regular file".into() });
     }
     Ok(fd)
 }
@@ -249,8 +265,8 @@ impl StateDir {
     /// The record as it is now: None when there is none.
     fn read(&self) -> Result<Option<Entry>, String> {
         let fd = match open_regular(&self.dir, RECORD, OFlag::O_RDONLY) {
-            Err(why) if why == Errno::ENOENT.desc() => return Ok(None),
-            other => other.map_err(|why| format!("{RECORD} {why}"))?,
+            Err(Unopened { missing: true, .. }) => return Ok(None),
+            other => other.map_err(|e| format!("{RECORD} {}", e.why))?,
         };
         let mut buf = [0u8; MAX_RECORD + 1];
         let mut len = 0;
