@@ -666,7 +666,7 @@ fn sigkill_of_the_namespace_then_restart_backs_off_and_reclaims() {
 ///    namespace, SIGKILLed mid-job with its worker; the restarted drainit finds its
 ///    record saying `running`, runs `release` first (the sweep), and the worker claims
 ///    the lease at once: no backoff. The same kill and restart without the option
-///    backs off until the lease is stale (5s here). Both times (restart to the first
+///    backs off until the lease is stale (10s here). Both times (restart to the first
 ///    job started) are printed; examples/lease-worker/README.md has them.
 #[test]
 fn sigkill_of_the_namespace_then_restart_with_the_sweep_needs_no_backoff() {
@@ -677,7 +677,7 @@ fn sigkill_of_the_namespace_then_restart_with_the_sweep_needs_no_backoff() {
     let finish = release_script();
     let mut took = Vec::new();
     for sweep in [false, true] {
-        let sb = Sandbox::new(if sweep { "sweep" } else { "nosweep" }, "5s", JOBS);
+        let sb = Sandbox::new(if sweep { "sweep" } else { "nosweep" }, "10s", JOBS);
         let state = sb.dir.join("state");
         fs::create_dir(&state).unwrap();
         let state = state.display().to_string();
