@@ -683,7 +683,8 @@ fn sigkill_of_the_namespace_then_restart_with_the_sweep_needs_no_backoff() {
         let state = state.display().to_string();
         let mut drainit_args = vec!["--grace", "3s", "--orchestrator-timeout", "10s", "--backoff-timeout", "30s"];
         if sweep {
-            drainit_args.extend(["--state-dir", &state, "--finish", &finish]);
+            // Python's start-up alone can take seconds on a loaded machine.
+            drainit_args.extend(["--state-dir", &state, "--finish", &finish, "--finish-timeout", "20s"]);
         }
         let env = sb.lease_env();
         let mut unshare = sb.spawn_env(1, true, &drainit_args, &worker_args, &env);
