@@ -68,7 +68,7 @@ struct Opt {
     help: &'static str,
 }
 
-const OPTIONS: [Opt; 20] = [
+const OPTIONS: [Opt; 21] = [
     Opt {
         id: "grace",
         long: "grace",
@@ -177,6 +177,17 @@ const OPTIONS: [Opt; 20] = [
         hyphen: true,
         help: "The most the finish program may take when no stop is under way (during a stop: until the \
             grace deadline) [default: 5s]",
+    },
+    Opt {
+        id: "state_dir",
+        long: "state-dir",
+        env: "DRAINIT_STATE_DIR",
+        value_name: "DIR",
+        list: false,
+        hyphen: true,
+        help: "A directory that outlives the container's processes (a volume; a Docker container's own \
+            filesystem): drainit keeps its record there and, when its predecessor died without its exit, runs \
+            the finish program before the worker",
     },
     Opt {
         id: "remap_exit",
@@ -342,6 +353,8 @@ pub struct Config {
     /// The finish program, as it is exec'd.
     pub finish: Option<OsString>,
     pub finish_timeout: Duration,
+    /// Where drainit keeps its record (see state.rs).
+    pub state_dir: Option<PathBuf>,
     pub remap: Remap,
     pub termination_log: Option<PathBuf>,
     pub log_filter: String,
@@ -393,7 +406,7 @@ const MARGIN: Duration = Duration::from_secs(1);
 /// What drainit sets for the worker and the finish program (a drainit
 /// started under another one sees them), and the build's commit (which
 /// cargo sets for build.rs's output and `cargo test`): no typos.
-const SET_FOR_OTHERS: [&str; 10] = [
+const SET_FOR_OTHERS: [&str; 13] = [
     "DRAINIT_GIT_COMMIT",
     "DRAINIT_ATTEMPT",
     crate::retry_after::VAR,
@@ -404,6 +417,9 @@ const SET_FOR_OTHERS: [&str; 10] = [
     "DRAINIT_STOP_REASON",
     "DRAINIT_WORKER_STATUS_TEXT",
     "DRAINIT_OOM_KILLS",
+    crate::state::PREDECESSOR_VAR,
+    crate::state::PREDECESSOR_PID_VAR,
+    crate::state::PREDECESSOR_STARTED_VAR,
 ];
 
 /// The names under which dockerd and podman run their init: drainit stands
@@ -583,6 +599,7 @@ fn parse_all(args: Vec<OsString>) -> Result<Config, Halt> {
         None => None,
     };
     let (finish_timeout, _) = duration("finish_timeout", FINISH_TIMEOUT)?;
+    let state_dir = path("state_dir")?.map(PathBuf::from);
     let remap = Remap::parse(many("remap_exit")?.iter().map(String::as_str))
         .map_err(|why| Halt::Invalid(format!("{} {why}", origin("remap_exit"))))?;
     let termination_log = match path("termination_log")? {
@@ -664,6 +681,7 @@ fn parse_all(args: Vec<OsString>) -> Result<Config, Halt> {
         backoff: backoff::Policy { codes, delay, max_delay, timeout },
         finish,
         finish_timeout,
+        state_dir,
         remap,
         termination_log,
         log_filter,
@@ -1118,7 +1136,7 @@ mod tests {
     fn every_option_is_read_and_named_by_its_flag() {
         for opt in &OPTIONS {
             let bad = match opt.id {
-                "drain_file" | "termination_log" | "ready_file" => "",
+                "drain_file" | "termination_log" | "ready_file" | "state_dir" => "",
                 "rewrite" | "remap_exit" => "x",
                 "backoff_exit_codes" => "0",
                 "finish" => "/nonexistent",

@@ -174,6 +174,17 @@ pub enum Event {
     SubreaperRefused {
         error: String,
     },
+    /// The state directory's record says its drainit died without its
+    /// exit (None: unknown, the record could not be read).
+    UncleanPredecessor {
+        attempt: Option<u32>,
+        pid: Option<i32>,
+        age: Option<Duration>,
+    },
+    /// The state directory's record could not be read; counts as unclean.
+    StateUnreadable {
+        reason: String,
+    },
     Started {
         mode: &'static str,
         grace: Duration,
@@ -201,7 +212,9 @@ impl Event {
             | Event::OomKill { .. }
             | Event::MemoryStop { .. }
             | Event::MemoryStopOff { .. }
-            | Event::NotifyRejected { .. } => Level::Warn,
+            | Event::NotifyRejected { .. }
+            | Event::UncleanPredecessor { .. }
+            | Event::StateUnreadable { .. } => Level::Warn,
             Event::ExecFailed { .. } | Event::Failed { .. } | Event::FinishFailed { .. } => Level::Error,
             _ => Level::Info,
         }
@@ -356,6 +369,17 @@ impl fmt::Display for Event {
             }
             Event::Failed { what, error } => write!(f, "event=failed what={what} error={}", Val(error)),
             Event::SubreaperRefused { error } => write!(f, "event=subreaper_refused error={}", Val(error)),
+            Event::UncleanPredecessor { attempt, pid, age } => {
+                let known = |v: Option<String>| v.unwrap_or_else(|| "unknown".into());
+                write!(
+                    f,
+                    "event=unclean_predecessor attempt={} pid={} age={}",
+                    known(attempt.map(|a| a.to_string())),
+                    known(pid.map(|p| p.to_string())),
+                    known(age.map(duration)),
+                )
+            }
+            Event::StateUnreadable { reason } => write!(f, "event=state_unreadable reason={}", Val(reason)),
             Event::Started { mode, grace, orchestrator_timeout } => write!(
                 f,
                 "event=drainit_started mode={mode} grace={} orchestrator_timeout={}",

@@ -33,6 +33,7 @@ mod record;
 mod retry_after;
 mod signals;
 mod spawn;
+mod state;
 mod supervisor;
 #[allow(unsafe_code)]
 mod sys;
@@ -111,6 +112,12 @@ fn run(args: Vec<OsString>) -> ! {
             exit(Code::CONFIG)
         }
     };
+    // Before the worker, and before anything it could see: a second
+    // drainit on DIR, or a DIR that cannot be kept, is a refusal.
+    let (state, verdict) = match config.state_dir.as_deref().map(|dir| state::setup(dir, me)).transpose() {
+        Ok(opened) => opened.unzip(),
+        Err(line) => fail(Code::CONFIG, line),
+    };
     let notifying = config.watchdog.is_some() || config.ready_timeout.is_some() || config.ready_file.is_some();
     let private = private_dir(RetryAfter::wants_dir() || notifying);
     let retry_after = RetryAfter::new(private.as_ref());
@@ -142,6 +149,9 @@ fn run(args: Vec<OsString>) -> ! {
     settings.oom_counter = counter.is_some();
     settings.memory_stop = settings.memory_stop.filter(|_| usage.is_some());
     let mut supervisor = Supervisor::new(settings, seed(me));
+    if let Some(state::Verdict::Unclean(predecessor)) = verdict {
+        supervisor.sweep_first(predecessor);
+    }
     let mut exec = Executor {
         spawner: Spawner::new(take_tty, watchdog_pid),
         private,
@@ -157,6 +167,8 @@ fn run(args: Vec<OsString>) -> ! {
         custody: Custody::new(mode, proc_self.is_some()),
         proc_self,
         usage,
+        state,
+        swept: None,
     };
     let mut sources = Sources { signals, notify, senders, rejected: 0, memory: counter };
     let code = event_loop::run(&mut supervisor, &mut exec, &mut sources);

@@ -15,6 +15,7 @@ use crate::events::Event;
 use crate::exit::{Code, Outcome, Remap};
 use crate::record::{Ending, Record, StopReason, StopRequest};
 use crate::signals::{self, Rewrite, SIGKILL, SIGTERM, Signo};
+use crate::state::Predecessor;
 use crate::timers::{Timer, Timers};
 
 /// The time of one turn of the event loop, read at its first use and then
@@ -48,9 +49,9 @@ impl Now {
 /// is seen before the watchdog is judged.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Input {
-    /// Answer to `Spawn` or `SpawnFinish`: the new process group's leader.
+    /// Answer to `Spawn`, `SpawnFinish` or `SpawnSweep`: the new process group's leader.
     Spawned(i32),
-    /// Answer to `Spawn` or `SpawnFinish`: it could not start (the event
+    /// Answer to `Spawn`, `SpawnFinish` or `SpawnSweep`: it could not start (the event
     /// loop has logged why).
     SpawnFailed(Code),
     Signal(Signo),
@@ -118,6 +119,10 @@ pub enum Action {
     /// Start the finish program, its environment read off the record;
     /// answered by `Spawned` / `SpawnFailed`.
     SpawnFinish(Record),
+    /// Start the finish program for a predecessor that died without its
+    /// exit (the sweep, before the first attempt); answered by `Spawned` /
+    /// `SpawnFailed`.
+    SpawnSweep(Predecessor),
     /// Send to the current process group (the worker's, or the finish
     /// program's).
     Forward(Signo),
@@ -151,6 +156,13 @@ pub enum Action {
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Phase {
+    /// Waiting for the answer to `SpawnSweep`.
+    StartingSweep,
+    /// The finish program runs for the predecessor, before the first
+    /// attempt; bounded as `Finishing` is.
+    Sweeping {
+        pid: i32,
+    },
     /// Waiting for the answer to `Spawn` (attempt `record.attempt`).
     Starting,
     Running {
@@ -191,6 +203,8 @@ enum Then {
     Finish(Code),
     /// The finish program is done: exit with the record's ending.
     Exit,
+    /// The sweep is done: the first attempt, or, after a stop, the exit.
+    Start,
 }
 
 /// The watchdog of one attempt.
@@ -263,6 +277,8 @@ pub struct Supervisor {
     oom_rose: bool,
     /// The reading that began a memory stop (`memory_stop`'s keys).
     over: (u64, u64),
+    /// The predecessor to sweep up after, before the first attempt.
+    sweep: Option<Predecessor>,
 }
 
 impl Supervisor {
@@ -286,12 +302,27 @@ impl Supervisor {
             pinged: None,
             oom_rose: false,
             over: (0, 0),
+            sweep: None,
             settings,
         }
     }
 
+    /// Begin with the sweep: the finish program, if there is one, runs for
+    /// `predecessor` before the first attempt.
+    pub fn sweep_first(&mut self, predecessor: Predecessor) {
+        if self.settings.finish_timeout.is_some() {
+            self.sweep = Some(predecessor);
+        }
+    }
+
     pub fn start(&mut self, out: &mut Vec<Action>) {
-        out.push(Action::Spawn { attempt: self.record.attempt });
+        match self.sweep.take() {
+            Some(predecessor) => {
+                self.phase = Phase::StartingSweep;
+                out.push(Action::SpawnSweep(predecessor));
+            }
+            None => out.push(Action::Spawn { attempt: self.record.attempt }),
+        }
     }
 
     /// When a timer fires next, if any is armed: the loop's timeout.
@@ -313,6 +344,8 @@ impl Supervisor {
                 // runs only when an earlier attempt did run a worker.
                 Phase::Starting => self.finish(Ending::own(code), now.get(), out),
                 Phase::StartingFinish => self.exit(now.get(), out),
+                // The sweep's failure is logged; the worker starts anyway.
+                Phase::StartingSweep => self.start_first(now.get(), out),
                 _ => {}
             },
             Input::Notify(note) => self.note(note, now, out),
@@ -387,7 +420,31 @@ impl Supervisor {
                 self.phase = Phase::Finishing { pid };
                 out.push(Action::Log(Event::FinishStarted { pid }));
             }
+            Phase::StartingSweep => {
+                self.phase = Phase::Sweeping { pid };
+                out.push(Action::Log(Event::FinishStarted { pid }));
+                if let Some(timeout) = self.settings.finish_timeout {
+                    self.timers.arm(Timer::Finish, now + timeout);
+                }
+            }
             _ => {}
+        }
+    }
+
+    /// The sweep is over: the first attempt starts, unless a stop came
+    /// during it (then drainit exits 128+N, no worker having run).
+    fn start_first(&mut self, now: Instant, out: &mut Vec<Action>) {
+        self.timers.disarm(Timer::Finish);
+        self.kill_sent = false;
+        match self.record.stop {
+            Some(stop) => {
+                self.record.ending = Some(Ending::own(Code::signal(stop.signal)));
+                self.exit(now, out);
+            }
+            None => {
+                self.phase = Phase::Starting;
+                out.push(Action::Spawn { attempt: self.record.attempt });
+            }
         }
     }
 
@@ -403,9 +460,10 @@ impl Supervisor {
             | Phase::DelayingStop { .. }
             | Phase::Stopping { .. }
             | Phase::Draining { .. }
-            | Phase::Finishing { .. } => self.forward(sig, out),
+            | Phase::Finishing { .. }
+            | Phase::Sweeping { .. } => self.forward(sig, out),
             Phase::Sleeping => out.push(Action::Log(Event::SignalDropped { signal: sig })),
-            Phase::Starting | Phase::StartingFinish | Phase::Done => {}
+            Phase::Starting | Phase::StartingFinish | Phase::StartingSweep | Phase::Done => {}
         }
     }
 
@@ -474,7 +532,13 @@ impl Supervisor {
                 self.end(Code::signal(sig), now, out);
             }
             Phase::Finishing { .. } => self.forward(sig, out),
+            // No worker follows the sweep now.
+            Phase::Sweeping { .. } => {
+                self.forward(sig, out);
+                out.push(Action::NoRestart);
+            }
             Phase::Starting
+            | Phase::StartingSweep
             | Phase::StartingFinish
             | Phase::DelayingStop { .. }
             | Phase::Stopping { .. }
@@ -514,7 +578,11 @@ impl Supervisor {
                 if self.record.status.as_deref() != Some(text.as_str())
                     && !matches!(
                         self.phase,
-                        Phase::StartingFinish | Phase::Finishing { .. } | Phase::Draining { then: Then::Exit }
+                        Phase::StartingFinish
+                            | Phase::Finishing { .. }
+                            | Phase::Draining { then: Then::Exit | Then::Start }
+                            | Phase::StartingSweep
+                            | Phase::Sweeping { .. }
                     ) =>
             {
                 out.push(Action::Log(Event::Status { status: text.clone() }));
@@ -613,9 +681,10 @@ impl Supervisor {
             {
                 self.worker_exited(pid, outcome, now, out)
             }
-            Phase::Finishing { pid: finish } if pid == finish => {
+            Phase::Finishing { pid: finish } | Phase::Sweeping { pid: finish } if pid == finish => {
                 out.push(Action::Log(Event::FinishExited { pid, outcome, timed_out: self.kill_sent }));
-                self.phase = Phase::Draining { then: Then::Exit };
+                let then = if matches!(self.phase, Phase::Sweeping { .. }) { Then::Start } else { Then::Exit };
+                self.phase = Phase::Draining { then };
                 out.push(Action::SignalAll(if self.kill_sent { SIGKILL } else { SIGTERM }));
             }
             _ => out.push(Action::Log(Event::Reaped { pid, outcome })),
@@ -686,6 +755,7 @@ impl Supervisor {
             (false, Then::Restart(code)) => self.back_off(code, now, out),
             (false, Then::Finish(code)) => self.end(code, now, out),
             (false, Then::Exit) => self.exit(now, out),
+            (false, Then::Start) => self.start_first(now, out),
         }
     }
 
@@ -721,9 +791,10 @@ impl Supervisor {
             // The finish program's bound, or the deadline of a stop that
             // came while it ran: it and what it left are killed, no
             // `deadline_reached` (that is the worker's).
-            (Timer::Grace | Timer::Finish, Phase::Finishing { .. } | Phase::Draining { then: Then::Exit })
-                if !self.kill_sent =>
-            {
+            (
+                Timer::Grace | Timer::Finish,
+                Phase::Finishing { .. } | Phase::Sweeping { .. } | Phase::Draining { then: Then::Exit | Then::Start },
+            ) if !self.kill_sent => {
                 self.kill_sent = true;
                 out.push(Action::SignalAll(SIGKILL));
             }
@@ -891,6 +962,8 @@ mod tests {
 
         fn phase(&self) -> &'static str {
             match self.s.phase {
+                Phase::StartingSweep => "starting_sweep",
+                Phase::Sweeping { .. } => "sweeping",
                 Phase::Starting => "starting",
                 Phase::Running { .. } => "running",
                 Phase::DelayingStop { .. } => "delaying_stop",
@@ -913,6 +986,7 @@ mod tests {
         match a {
             Action::Spawn { attempt } => format!("spawn {attempt}"),
             Action::SpawnFinish(record) => format!("spawn_finish code={}", record.code().0),
+            Action::SpawnSweep(p) => format!("spawn_sweep attempt={:?}", p.attempt),
             Action::Forward(sig) => format!("forward {}", signals::name(*sig)),
             Action::SignalAll(sig) => format!("all {}", signals::name(*sig)),
             Action::Deadline => "deadline".into(),
@@ -974,6 +1048,136 @@ mod tests {
         let mut st = draining(with_finish(), 4);
         st.feed_all(&[(0, i(Children { left: false })), (0, i(Spawned(F)))]);
         st
+    }
+
+    fn predecessor() -> Predecessor {
+        Predecessor { attempt: Some(3), pid: Some(1), started: Some(1000) }
+    }
+    /// A supervisor that begins with the sweep: its first actions checked.
+    fn sweep_story(p: Settings) -> Story {
+        let mut s = Supervisor::new(p, 7);
+        s.sweep_first(predecessor());
+        let mut out = Vec::new();
+        s.start(&mut out);
+        assert_eq!(out, vec![Action::SpawnSweep(predecessor())]);
+        Story { s, t: Instant::now() }
+    }
+    fn sweeping() -> Story {
+        let mut st = sweep_story(with_finish());
+        st.feed(0, Spawned(F));
+        st
+    }
+    fn swept() -> Story {
+        let mut st = sweeping();
+        st.feed(100, Reaped(F, exited(0)));
+        st
+    }
+    fn stopped_sweeping() -> Story {
+        let mut st = sweeping();
+        st.feed(100, Signal(SIGTERM));
+        st
+    }
+
+    /// The sweep: the finish program for a predecessor that died without
+    /// its exit runs first, bounded by the finish timeout (3s) or a stop's
+    /// grace (5s), and the worker starts after it and its leftovers, unless
+    /// a stop came.
+    #[test]
+    fn the_sweep() {
+        type Row = (&'static str, fn() -> Story, u64, Step, &'static [&'static str], &'static str);
+        let rows: &[Row] = &[
+            ("sweep started", || sweep_story(with_finish()), 0, i(Spawned(F)), &["log finish_started"], "sweeping"),
+            (
+                "sweep cannot start: the worker does",
+                || sweep_story(with_finish()),
+                0,
+                i(SpawnFailed(Code(126))),
+                &["spawn 1"],
+                "starting",
+            ),
+            ("signal to the sweep", sweeping, 100, i(Signal(HUP)), &["forward SIGHUP"], "sweeping"),
+            ("sweep exits", sweeping, 100, i(Reaped(F, exited(1))), &["log finish_exited", "all SIGTERM"], "draining"),
+            ("sweep's leftovers live", swept, 200, i(Children { left: true }), &[], "draining"),
+            ("sweep's leftovers gone: the worker", swept, 200, i(Children { left: false }), &["spawn 1"], "starting"),
+            ("the worker after the sweep", swept, 200, i(Children { left: false }), &["spawn 1"], "starting"),
+            ("sweep's bound", sweeping, 3000, Tick, &["all SIGKILL"], "sweeping"),
+            ("sweep within its bound", sweeping, 2999, Tick, &[], "sweeping"),
+            ("sweep's leftovers at its bound", swept, 3000, Tick, &["all SIGKILL"], "draining"),
+            (
+                "stop in the sweep",
+                sweeping,
+                100,
+                i(Signal(SIGTERM)),
+                &["log stop_requested", "drain_file", "forward SIGTERM", "no_restart"],
+                "sweeping",
+            ),
+            (
+                "stopped sweep exits",
+                stopped_sweeping,
+                200,
+                i(Reaped(F, exited(0))),
+                &["log finish_exited", "all SIGTERM"],
+                "draining",
+            ),
+            (
+                "no worker after a stop in the sweep",
+                || {
+                    let mut st = stopped_sweeping();
+                    st.feed(200, Reaped(F, exited(0)));
+                    st
+                },
+                300,
+                i(Children { left: false }),
+                &["log exit", "exit 143"],
+                "done",
+            ),
+            ("a status is not the worker's", sweeping, 100, i(Notify(Note::Status("x".into()))), &[], "sweeping"),
+        ];
+        for (name, start, at, input, want, phase) in rows {
+            let mut st = start();
+            let got = st.feed(*at, input.clone());
+            assert_eq!(got, *want, "{name}: actions");
+            assert_eq!(st.phase(), *phase, "{name}: phase");
+        }
+    }
+
+    #[test]
+    fn no_sweep_without_a_finish_program() {
+        let mut s = Supervisor::new(policy(), 7);
+        s.sweep_first(predecessor());
+        let mut out = Vec::new();
+        s.start(&mut out);
+        assert_eq!(out, vec![Action::Spawn { attempt: 1 }]);
+    }
+
+    #[test]
+    fn a_stop_in_the_sweep_bounds_it_by_the_grace() {
+        // A finish timeout longer than the grace: the stop's deadline wins.
+        let mut st = sweep_story(Settings { finish_timeout: Some(ms(60_000)), ..policy() });
+        st.feed(0, Spawned(F));
+        st.feed(1000, Signal(SIGINT));
+        assert_eq!(st.deadline(), Some(ms(6000)), "stop + grace");
+        assert_eq!(st.feed(6000, Tick), ["all SIGKILL"]);
+        assert_eq!(st.feed(6001, Reaped(F, Outcome::Signaled(9))), ["log finish_exited", "all SIGKILL"]);
+        assert_eq!(st.feed(6002, Children { left: false }), ["log exit", "exit 130"], "128+N, no worker");
+    }
+
+    #[test]
+    fn the_sweep_is_not_remapped_and_the_worker_then_runs_as_usual() {
+        let remap = Remap::parse(["143:0"]).unwrap();
+        let mut st = sweep_story(Settings { remap: remap.clone(), ..with_finish() });
+        st.feed(0, Spawned(F));
+        st.feed(10, Signal(SIGTERM));
+        st.feed(20, Reaped(F, exited(0)));
+        assert_eq!(st.feed(30, Children { left: false }), ["log exit", "exit 143"], "no worker ran: not remapped");
+        // Without a stop: the worker runs, and the finish program runs
+        // again at the end, for this run's worker (one per death).
+        let mut st = swept();
+        st.feed(200, Children { left: false });
+        assert_eq!(st.deadline(), None, "the sweep's bound is gone");
+        st.feed(200, Spawned(W));
+        st.feed(300, Reaped(W, exited(4)));
+        assert_eq!(st.feed(300, Children { left: false }), ["spawn_finish code=4"]);
     }
 
     /// phase x input -> actions + phase. Times in ms after the story's start;
@@ -1875,6 +2079,10 @@ mod tests {
             leftovers: u32,
             finish: Option<i32>,
             finish_runs: u32,
+            /// The sweep's runs of the finish program (for the predecessor).
+            sweep_runs: u32,
+            /// A stop came during the sweep, before any worker.
+            stopped_sweeping: Option<Signo>,
             next_pid: i32,
             stop_at: Option<Instant>,
             /// A SIGKILL went out to everything alive (which then dies and
@@ -2000,6 +2208,18 @@ mod tests {
                         self.worker_ran = true;
                         Some(Spawned(self.next_pid))
                     }
+                    Action::SpawnSweep(_) => {
+                        if self.alive() || self.worker_ran {
+                            fail("the sweep after something of this run started");
+                        }
+                        self.sweep_runs += 1;
+                        if !spawn_ok {
+                            return Some(SpawnFailed(Code(126)));
+                        }
+                        self.next_pid += 1;
+                        self.finish = Some(self.next_pid);
+                        Some(Spawned(self.next_pid))
+                    }
                     Action::SpawnFinish(_) => {
                         if self.worker.is_some() || self.leftovers > 0 {
                             fail("the finish program while the worker's group lives");
@@ -2084,8 +2304,8 @@ mod tests {
 
             fn check(&self, path: &[String]) {
                 let fail = |what: String| panic!("{what}\npath: {path:#?}");
-                if self.finish_runs > 1 {
-                    fail("the finish program ran twice".into());
+                if self.finish_runs > 1 || self.sweep_runs > 1 {
+                    fail("the finish program ran twice for one death".into());
                 }
                 if self.spawns_after_stop > 0 {
                     fail("a restart after a stop".into());
@@ -2107,7 +2327,7 @@ mod tests {
                 }
                 if let Some(code) = self.exited {
                     let want = match (self.last, self.stopped_asleep) {
-                        _ if !self.worker_ran => self.failed_spawn,
+                        _ if !self.worker_ran => self.stopped_sweeping.map(Code::signal).or(self.failed_spawn),
                         (_, Some(sig)) => Some(Code::signal(sig)),
                         (_, None) if self.failed_spawn.is_some() => self.failed_spawn,
                         (Some(_), None) if self.last_oom && self.s.settings.oom_exit_code.is_some() => {
@@ -2130,10 +2350,14 @@ mod tests {
         }
 
         impl World {
-            fn new(settings: Settings, spawn_ok: bool) -> World {
+            fn new(settings: Settings, spawn_ok: bool, sweep: bool) -> World {
                 let t0 = Instant::now();
+                let mut s = Supervisor::new(settings, 7);
+                if sweep {
+                    s.sweep_first(Predecessor { attempt: Some(2), pid: Some(1), started: None });
+                }
                 let mut w = World {
-                    s: Supervisor::new(settings, 7),
+                    s,
                     t: t0,
                     t0,
                     worker: None,
@@ -2141,6 +2365,8 @@ mod tests {
                     leftovers: 0,
                     finish: None,
                     finish_runs: 0,
+                    sweep_runs: 0,
+                    stopped_sweeping: None,
                     next_pid: 100,
                     stop_at: None,
                     killed_since_stop: false,
@@ -2176,6 +2402,9 @@ mod tests {
                     Ext::Term => {
                         if self.s.record.stop.is_none() && no_worker_but_restart_pending {
                             self.stopped_asleep = Some(SIGTERM);
+                        }
+                        if self.s.record.stop.is_none() && !self.worker_ran {
+                            self.stopped_sweeping = Some(SIGTERM);
                         }
                         Signal(SIGTERM)
                     }
@@ -2256,21 +2485,23 @@ mod tests {
         #[test]
         fn every_state_keeps_every_promise() {
             let depth = std::env::var("DRAINIT_EXPLORE_DEPTH").ok().and_then(|d| d.parse().ok()).unwrap_or(DEPTH);
-            let configs: [(&str, Settings); 5] = [
-                ("plain", policy()),
-                ("stop delay, finish program", Settings { stop_delay: ms(2000), ..with_finish() }),
-                ("watchdog, finish program", Settings { finish_timeout: Some(ms(30_000)), ..watched() }),
-                ("ready timeout", Settings { watchdog_signal: SIGTERM, ..ready_gated() }),
+            let configs: [(&str, Settings, bool); 6] = [
+                ("plain", policy(), false),
+                ("stop delay, finish program", Settings { stop_delay: ms(2000), ..with_finish() }, false),
+                ("watchdog, finish program", Settings { finish_timeout: Some(ms(30_000)), ..watched() }, false),
+                ("ready timeout", Settings { watchdog_signal: SIGTERM, ..ready_gated() }, false),
                 (
                     "memory stop, OOM exit code, finish program",
                     Settings { memory_stop: Some(90), oom_exit_code: Some(Code(3)), ..with_finish() },
+                    false,
                 ),
+                ("the sweep first, finish program", with_finish(), true),
             ];
             let mut total = 0;
-            for (name, settings) in configs {
+            for (name, settings, sweep) in configs {
                 for spawn_ok in [true, false] {
                     let mut states = 0;
-                    explore(&World::new(settings.clone(), spawn_ok), depth, &mut Vec::new(), &mut states);
+                    explore(&World::new(settings.clone(), spawn_ok, sweep), depth, &mut Vec::new(), &mut states);
                     eprintln!(
                         "explored {name} (first spawn {}): {states} states, depth {depth}",
                         if spawn_ok { "ok" } else { "fails" }

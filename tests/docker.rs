@@ -278,6 +278,35 @@ fn docker_kill_usr1_reaches_a_grandchild() {
     assert!(c.running(), "USR1 is no stop signal, yet {}", c.state());
 }
 
+/// `docker kill` (SIGKILL to drainit as PID 1: the whole container dies)
+/// then `docker start` of the same container: the record in the container's
+/// own filesystem (/tmp) says its predecessor died without its exit, so the
+/// finish program (here `env`, whose output lands in the log) runs first,
+/// told why, then the worker, told `unclean`; after a `docker stop` the
+/// next start is told `clean`.
+#[test]
+fn docker_kill_then_start_sweeps_with_the_record_in_the_containers_filesystem() {
+    let image = rig();
+    let env = [("DRAINIT_STATE_DIR", "/tmp"), ("DRAINIT_FINISH", "/bin/env"), ("DRAINIT_ORCHESTRATOR_TIMEOUT", "5s")];
+    let c = start(&image, &[], &env, &["sh", "-c", "echo worker: predecessor=$DRAINIT_PREDECESSOR; exec sleep 600"]);
+    c.wait_for_log("worker: predecessor=none", LOG_TIMEOUT);
+    docker().ok(&["kill", &c.name]);
+    assert!(wait_until(Duration::from_secs(20), || !c.running()), "{}", c.state());
+    docker().ok(&["start", &c.name]);
+    c.wait_for_log("worker: predecessor=unclean", LOG_TIMEOUT);
+    let log = c.logs();
+    assert_log_has(&log, "event=unclean_predecessor attempt=1 pid=1 age=", "after docker kill + start");
+    let sweep = log.find("DRAINIT_STOP_REASON=unclean_predecessor").unwrap_or_else(|| panic!("no sweep:\n{log}"));
+    let worker = log.find("worker: predecessor=unclean").unwrap_or_default();
+    assert!(sweep < worker, "the sweep ran before the worker:\n{log}");
+    assert!(log.contains("DRAINIT_PREDECESSOR_PID=1"), "{log}");
+    c.stop(5);
+    assert_eq!(c.exit_code(), 143, "{}", c.logs());
+    docker().ok(&["start", &c.name]);
+    c.wait_for_log("worker: predecessor=clean", LOG_TIMEOUT);
+    assert_eq!(c.logs().matches("event=unclean_predecessor").count(), 1, "{}", c.logs());
+}
+
 #[test]
 fn orphans_are_reaped_inside_a_container() {
     let image = rig();

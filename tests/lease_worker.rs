@@ -662,6 +662,76 @@ fn sigkill_of_the_namespace_then_restart_backs_off_and_reclaims() {
     eprintln!("[sigkill] restarted run took {took:?}");
 }
 
+/// 2b. Scenario 2 with `--state-dir` and `--finish release`: drainit, PID 1 of its
+///    namespace, SIGKILLed mid-job with its worker; the restarted drainit finds its
+///    record saying `running`, runs `release` first (the sweep), and the worker claims
+///    the lease at once: no backoff. The same kill and restart without the option
+///    backs off until the lease is stale (10s here). Both times (restart to the first
+///    job started) are printed; examples/lease-worker/README.md has them.
+#[test]
+fn sigkill_of_the_namespace_then_restart_with_the_sweep_needs_no_backoff() {
+    // SAFETY: geteuid has no preconditions.
+    assert_eq!(unsafe { libc::geteuid() }, 0, "this scenario needs root (unshare --pid)");
+    // Jobs of 1s: the kill lands mid-job.
+    let worker_args = ["--heartbeat", "300ms", "--step", "100ms", "--steps", "10"];
+    let finish = release_script();
+    let mut took = Vec::new();
+    for sweep in [false, true] {
+        let sb = Sandbox::new(if sweep { "sweep" } else { "nosweep" }, "10s", JOBS);
+        let state = sb.dir.join("state");
+        fs::create_dir(&state).unwrap();
+        let state = state.display().to_string();
+        let mut drainit_args = vec!["--grace", "3s", "--orchestrator-timeout", "10s", "--backoff-timeout", "30s"];
+        if sweep {
+            // Python's start-up alone can take seconds on a loaded machine.
+            drainit_args.extend(["--state-dir", &state, "--finish", &finish, "--finish-timeout", "20s"]);
+        }
+        let env = sb.lease_env();
+        let mut unshare = sb.spawn_env(1, true, &drainit_args, &worker_args, &env);
+        let pid1 = poll_until("drainit as unshare's child", Duration::from_secs(10), || {
+            children_of(unshare.id()).into_iter().find(|&c| {
+                fs::read_link(format!("/proc/{c}/exe")).is_ok_and(|p| p.file_name().is_some_and(|n| n == "drainit"))
+            })
+        });
+        sb.wait_mid_job(1);
+        send(pid1, libc::SIGKILL);
+        wait_exit(&mut unshare, Duration::from_secs(10)).expect("unshare exits once its child is killed");
+        sb.assert_nothing_left("after SIGKILL of the namespace's PID 1");
+        assert_eq!(sb.status().leases[0]["state"], "fresh");
+        let interrupted = sb.status().jobs.iter().find(|j| j.status == "running").map(|j| j.id).unwrap();
+
+        let t0 = Instant::now();
+        let mut unshare = sb.spawn_env(2, true, &drainit_args, &worker_args, &env);
+        sb.wait_log(2, "the first job_started", Duration::from_secs(30), |l| l.contains("event=job_started"));
+        took.push(t0.elapsed());
+        let st = wait_exit(&mut unshare, Duration::from_secs(40))
+            .unwrap_or_else(|| panic!("restarted run did not finish; log:\n{}", sb.read_log(2)));
+        let log = sb.read_log(2);
+        assert_eq!(code_of(st), 0, "log:\n{log}");
+        sb.assert_nothing_left("after the restarted run");
+        assert_every_job_done_once(&sb.status(), interrupted);
+        if !sweep {
+            assert!(!drainit_events(&log, "backoff").is_empty(), "today: a backoff; log:\n{log}");
+            continue;
+        }
+        assert!(drainit_events(&log, "backoff").is_empty(), "the sweep released the lease; log:\n{log}");
+        assert!(worker_events(&log, "lease_busy").is_empty(), "log:\n{log}");
+        let unclean = drainit_events(&log, "unclean_predecessor");
+        assert_eq!(unclean.len(), 1, "log:\n{log}");
+        assert_eq!((unclean[0]["attempt"].as_str(), unclean[0]["pid"].as_str()), ("1", "1"), "log:\n{log}");
+        let release = worker_events(&log, "release");
+        assert_eq!(release[0]["outcome"], "released", "log:\n{log}");
+        assert_eq!(release[0]["stop_reason"], "unclean_predecessor", "log:\n{log}");
+        assert_eq!(release[0]["worker"], "unknown", "log:\n{log}");
+        assert_eq!(release[0]["requeued"], "1", "the dead worker's job, at once; log:\n{log}");
+        let claimed = worker_events(&log, "lease_claimed");
+        assert_eq!(claimed[0]["previous"], "released", "log:\n{log}");
+        assert_eq!(drainit_events(&log, "child_started").len(), 1, "log:\n{log}");
+    }
+    eprintln!("[sweep] restart to the first job started: today {:?}, with the sweep {:?}", took[0], took[1]);
+    assert!(took[1] < took[0], "{took:?}");
+}
+
 /// 3. A worker that ignores SIGTERM inside one long step: drainit's deadline SIGKILLs it
 ///    before the (simulated) orchestrator's timeout; drainit exits 137 with
 ///    deadline_reached. Its job is left `running` under a lease that goes stale; the

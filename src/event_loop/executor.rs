@@ -15,6 +15,7 @@ use crate::procs;
 use crate::retry_after::{PrivateDir, RetryAfter};
 use crate::signals::{SIGKILL, Signo};
 use crate::spawn::{Program, Spawner};
+use crate::state::StateDir;
 use crate::supervisor::{Action, Input, Tell};
 use crate::sys;
 
@@ -58,12 +59,29 @@ pub struct Executor {
     pub proc_self: Option<i32>,
     /// The memory cgroup's working set and limit, with `--memory-stop`.
     pub usage: Option<Usage>,
+    /// `--state-dir`: the record, written before each attempt and at exit.
+    pub state: Option<StateDir>,
+    /// What the sweep changed in drainit's environment, to undo before the
+    /// worker's first start: the sweep's own variables, and the worker's it
+    /// took away (with their values).
+    pub swept: Option<Vec<(&'static str, Option<std::ffi::OsString>)>>,
 }
 
 impl Executor {
     pub fn carry_out(&mut self, action: Action) -> Done {
         match action {
             Action::Spawn { attempt } => {
+                if let Some(vars) = self.swept.take() {
+                    for (key, value) in vars {
+                        match value {
+                            Some(value) => sys::set_env(key, &value),
+                            None => sys::unset_env(key),
+                        }
+                    }
+                }
+                if let Some(state) = &self.state {
+                    state.running(attempt);
+                }
                 self.retry_after.clear_before(attempt);
                 sys::set_env(ATTEMPT_VAR, attempt.to_string().as_ref());
                 self.spawn(false)
@@ -78,6 +96,23 @@ impl Executor {
                 for (key, value) in record.finish_vars() {
                     sys::set_env(key, value.as_ref());
                 }
+                self.spawn(true)
+            }
+            Action::SpawnSweep(predecessor) => {
+                // The worker's variables are not the finish program's; they
+                // come back before the worker starts.
+                let mut undo = Vec::new();
+                for key in FINISH_UNSET.into_iter().filter(|_| self.worker_vars) {
+                    if let Some(value) = std::env::var_os(key) {
+                        sys::unset_env(key);
+                        undo.push((key, Some(value)));
+                    }
+                }
+                for (key, value) in predecessor.finish_vars() {
+                    undo.push((key, std::env::var_os(key)));
+                    sys::set_env(key, value.as_ref());
+                }
+                self.swept = Some(undo);
                 self.spawn(true)
             }
             Action::Forward(sig) => {
@@ -142,6 +177,9 @@ impl Executor {
                 Done::Nothing
             }
             Action::Exit(record) => {
+                if let Some(state) = &self.state {
+                    state.exited(record.code().0);
+                }
                 if let Some(path) = &self.termination_log {
                     files::write_termination_log(path, &record);
                 }
