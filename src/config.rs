@@ -17,6 +17,7 @@ use crate::backoff;
 use crate::duration;
 use crate::exit::Remap;
 use crate::signals::{self, Rewrite, Signo};
+use crate::stop_sequence::StopSequence;
 
 const AFTER_HELP: &str = "\
 DURATION is 500ms, 8s, 1m30s...; a bare number is seconds.
@@ -68,7 +69,7 @@ struct Opt {
     help: &'static str,
 }
 
-const OPTIONS: [Opt; 17] = [
+const OPTIONS: [Opt; 19] = [
     Opt {
         id: "grace",
         long: "grace",
@@ -237,6 +238,26 @@ const OPTIONS: [Opt; 17] = [
         help: "The signal that begins the stop when the watchdog or the ready timeout expires (QUIT or ABRT \
             make many runtimes dump their stacks first) [default: SIGTERM]",
     },
+    Opt {
+        id: "user",
+        long: "user",
+        env: "DRAINIT_USER",
+        value_name: "USER[:GROUP]",
+        list: false,
+        hyphen: true,
+        help: "Run the worker and the finish program as USER (a name from the image's /etc/passwd, or a \
+            number), with GROUP (name or number) as its group; drainit itself stays root",
+    },
+    Opt {
+        id: "stop_sequence",
+        long: "stop-sequence",
+        env: "DRAINIT_STOP_SEQUENCE",
+        value_name: "LIST",
+        list: false,
+        hyphen: true,
+        help: "What the worker's group gets instead of the stop signal: SIGNAL or SIGNAL@OFFSET, comma \
+            separated, offsets from when the stop signal would go out (TSTP,TERM@20s; TERM,INT@10s,QUIT@20s)",
+    },
 ];
 
 /// drainit's command line: the options, -v/-q, then the worker's command,
@@ -320,6 +341,11 @@ pub struct Config {
     pub ready_file: Option<PathBuf>,
     /// Begins the stop when the watchdog or the ready timeout expires.
     pub watchdog_signal: Signo,
+    /// `--watchdog-signal` was given (not the default).
+    pub watchdog_signal_given: bool,
+    /// `--user`, as given (resolved against the image's files by `user`).
+    pub user: Option<String>,
+    pub stop_sequence: Option<StopSequence>,
     /// `DRAINIT_*` variables that are none of drainit's, each with the
     /// nearest real one: (name, nearest), both ready for a logfmt line. To
     /// be warned about once the logger is up.
@@ -555,13 +581,47 @@ fn parse_all(args: Vec<OsString>) -> Result<Config, Halt> {
     let watchdog = above_zero("watchdog")?;
     let ready_timeout = above_zero("ready_timeout")?;
     let ready_file = path("ready_file")?.map(PathBuf::from);
-    let watchdog_signal = match one("watchdog_signal")? {
+    let watchdog_signal_text = one("watchdog_signal")?;
+    let watchdog_signal_given = watchdog_signal_text.is_some();
+    let watchdog_signal = match watchdog_signal_text {
         None => signals::SIGTERM,
         Some(text) if text.trim() == "0" => {
             return Err(invalid("watchdog_signal", &text, "0 sends nothing; name the signal that begins the stop"));
         }
         Some(text) => {
             signals::parse(&text, false).map_err(|why| Halt::Invalid(format!("{} {why}", origin("watchdog_signal"))))?
+        }
+    };
+
+    let user = match one("user")? {
+        Some(text) if text.trim().is_empty() => return Err(invalid("user", &text, "must name a user")),
+        other => other,
+    };
+    let stop_sequence = match one("stop_sequence")? {
+        None => None,
+        Some(text) => {
+            let sequence = StopSequence::parse(&text).map_err(|why| invalid("stop_sequence", &text, &why))?;
+            let last = stop_delay.saturating_add(sequence.last_offset());
+            if last >= grace {
+                let why = format!(
+                    "its last step goes out {} after the stop (the stop delay, {}, plus its offset, {}), which \
+                    must be before the grace deadline, {} ({}): shorten {}, shorten {}, or lengthen {}",
+                    duration::show(last),
+                    duration::show(stop_delay),
+                    duration::show(sequence.last_offset()),
+                    duration::show(grace),
+                    match matches.value_source("grace") {
+                        Some(ValueSource::EnvVariable | ValueSource::CommandLine) =>
+                            format!("from {}", origin("grace")),
+                        _ => "the default: the orchestrator timeout minus 1s".to_string(),
+                    },
+                    setting("stop_sequence"),
+                    setting("stop_delay"),
+                    setting("grace"),
+                );
+                return Err(invalid("stop_sequence", &text, &why));
+            }
+            Some(sequence)
         }
     };
 
@@ -602,6 +662,9 @@ fn parse_all(args: Vec<OsString>) -> Result<Config, Halt> {
         ready_timeout,
         ready_file,
         watchdog_signal,
+        watchdog_signal_given,
+        user,
+        stop_sequence,
         unknown_vars,
     })
 }

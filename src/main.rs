@@ -31,6 +31,7 @@ mod record;
 mod retry_after;
 mod signals;
 mod spawn;
+mod stop_sequence;
 mod supervisor;
 #[allow(unsafe_code)]
 mod sys;
@@ -216,6 +217,8 @@ fn settings(config: Config, finish: bool, socket: bool, outer: bool) -> Settings
         ready_timeout: config.ready_timeout.filter(|_| socket),
         watchdog_signal: config.watchdog_signal,
         outer,
+        stop_sequence: config.stop_sequence,
+        watchdog_signal_given: config.watchdog_signal_given,
     }
 }
 
