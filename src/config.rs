@@ -18,6 +18,7 @@ use crate::duration;
 use crate::exit::Remap;
 use crate::signals::{self, Rewrite, Signo};
 use crate::stop_sequence::StopSequence;
+use crate::user::{self, Credentials};
 
 const AFTER_HELP: &str = "\
 DURATION is 500ms, 8s, 1m30s...; a bare number is seconds.
@@ -343,8 +344,8 @@ pub struct Config {
     pub watchdog_signal: Signo,
     /// `--watchdog-signal` was given (not the default).
     pub watchdog_signal_given: bool,
-    /// `--user`, as given (resolved against the image's files by `user`).
-    pub user: Option<String>,
+    /// `--user`, resolved against the image's /etc/passwd and /etc/group.
+    pub user: Option<Credentials>,
     pub stop_sequence: Option<StopSequence>,
     /// `DRAINIT_*` variables that are none of drainit's, each with the
     /// nearest real one: (name, nearest), both ready for a logfmt line. To
@@ -594,8 +595,10 @@ fn parse_all(args: Vec<OsString>) -> Result<Config, Halt> {
     };
 
     let user = match one("user")? {
-        Some(text) if text.trim().is_empty() => return Err(invalid("user", &text, "must name a user")),
-        other => other,
+        None => None,
+        Some(text) => {
+            Some(user::load(&text, nix::unistd::geteuid().as_raw()).map_err(|why| invalid("user", &text, &why))?)
+        }
     };
     let stop_sequence = match one("stop_sequence")? {
         None => None,

@@ -38,6 +38,7 @@ mod sys;
 mod timers;
 mod tools;
 mod tty;
+mod user;
 
 use std::ffi::OsString;
 use std::fmt::Display;
@@ -118,6 +119,10 @@ fn run(args: Vec<OsString>) -> ! {
         sys::set_env(retry_after::VAR, path.as_os_str());
     }
     let (notify, outer) = if notifying { readiness(&config, private.as_ref()) } else { (None, None) };
+    let run_as = config.user.clone();
+    if let Some(user) = &run_as {
+        user::hand_over(user, private.as_ref().map(PrivateDir::path), notify.is_some());
+    }
     let drain_file = config.drain_file.clone().map(DrainFile::new);
     if let Some(file) = &drain_file {
         file.remove_stale();
@@ -138,8 +143,10 @@ fn run(args: Vec<OsString>) -> ! {
     let watchdog_pid = notify.is_some() && config.watchdog.is_some();
     let mut supervisor =
         Supervisor::new(settings(config, finish.is_some(), notify.is_some(), outer.is_some()), seed(me));
+    let mut spawner = Spawner::new(take_tty, watchdog_pid);
+    spawner.set_user(run_as);
     let mut exec = Executor {
-        spawner: Spawner::new(take_tty, watchdog_pid),
+        spawner,
         private,
         socket_in_private: notify.is_some(),
         ready_file,
