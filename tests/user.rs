@@ -161,7 +161,7 @@ per_mode! {
              {bin} --notify READY=1 || exit 7
              i=0; while [ $i -lt 8 ]; do {bin} --notify WATCHDOG=1 || exit 6; sleep 0.2; i=$((i+1)); done
              exit 0",
-            bin = BIN
+            bin = path_str(Path::new(runner_argv().last().unwrap()))
         );
         let options = ["--user", "worker", "--watchdog", "1s", "--backoff-delay", "100ms", "--backoff-max-delay", "5s"];
         let mut run = with_image_files(drainit(mode, with_sh(&options, &script)), &dir).spawn();
@@ -180,8 +180,9 @@ per_mode! {
     fn a_failed_switch_is_126_naming_the_call(mode, dropped: &str, call: &str) {
         let dir = Scratch::new("user-fail");
         let marker = dir.path("ran");
-        let mut argv = vec!["setpriv".to_string(), format!("--bounding-set=-{dropped}"), BIN.to_string()];
-        argv.extend(["--user", "4242", "--", "touch", &path_str(&marker)].map(String::from));
+        let mut argv = vec!["setpriv".into(), format!("--bounding-set=-{dropped}").into()];
+        argv.extend(runner_argv());
+        argv.extend(["--user", "4242", "--", "touch", &path_str(&marker)].map(Into::into));
         let mut run = with_image_files(launch(mode, argv), &dir).spawn();
         assert_eq!(run.wait(secs(10)).code, Some(126), "{}", run.log());
         assert!(!marker.exists(), "the worker ran");
@@ -223,8 +224,11 @@ fn a_drainit_that_is_not_root_is_refused() {
     let dir = Scratch::new("user-not-root");
     open_to_all(&dir.0);
     let marker = dir.path("ran");
-    let argv = ["setpriv", "--reuid=4242", "--regid=4242", "--clear-groups", BIN, "--user", "4242", "--", "touch"];
-    let mut run = launch(Mode::Subreaper, argv.iter().map(|s| s.to_string()).chain([path_str(&marker)])).spawn();
+    let mut argv: Vec<std::ffi::OsString> =
+        ["setpriv", "--reuid=4242", "--regid=4242", "--clear-groups"].map(Into::into).to_vec();
+    argv.extend(runner_argv());
+    argv.extend(["--user", "4242", "--", "touch", &path_str(&marker)].map(Into::into));
+    let mut run = launch(Mode::Subreaper, argv).spawn();
     assert_eq!(run.wait(secs(10)).code, Some(2), "{}", run.log());
     assert!(!marker.exists(), "the worker ran");
     one_clear_line(&run.log(), "not root").unwrap();
