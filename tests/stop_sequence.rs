@@ -211,7 +211,8 @@ per_mode! {
 
 #[test]
 fn bad_sequences_are_refused_naming_the_settings() {
-    let rows: &[(&[&str], &[(&str, &str)], &str)] = &[
+    type Row<'a> = (&'a [&'a str], &'a [(&'a str, &'a str)], &'a str);
+    let rows: &[Row] = &[
         (&["--stop-sequence", "TERM,KILL@2s"], &[], "--stop-sequence 'TERM,KILL@2s'"),
         (&["--stop-sequence", "TERM,0@2s"], &[], "0 sends nothing"),
         (&["--stop-sequence", "TERM,INT@5s,QUIT@3s"], &[], "offsets must increase"),

@@ -197,7 +197,8 @@ per_mode! {
 #[test]
 fn bad_users_are_refused() {
     let dir = Scratch::new("user-refused");
-    let rows: &[(&[&str], &[(&str, &str)], &str)] = &[
+    type Row<'a> = (&'a [&'a str], &'a [(&'a str, &'a str)], &'a str);
+    let rows: &[Row] = &[
         (&["--user", "nosuchuser"], &[], "--user 'nosuchuser': unknown user"),
         (&["--user", "worker:nosuchgroup"], &[], "unknown group 'nosuchgroup'"),
         (&["--user", "a:b:c"], &[], "is not USER[:GROUP]"),
