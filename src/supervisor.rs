@@ -446,8 +446,9 @@ impl Supervisor {
     /// given.
     fn begin_sequence(&mut self, sig: Signo, reason: StopReason, now: Instant, out: &mut Vec<Action>) {
         let first = match reason {
-            StopReason::Signal => None,
-            _ if self.settings.watchdog_signal_given => Some(self.settings.rewrite.apply(sig)),
+            StopReason::Watchdog | StopReason::ReadyTimeout if self.settings.watchdog_signal_given => {
+                Some(self.settings.rewrite.apply(sig))
+            }
             _ => None,
         };
         self.sequence = Some((now, 0, first.map(|to| to.unwrap_or(0))));
