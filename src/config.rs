@@ -17,6 +17,8 @@ use crate::backoff;
 use crate::duration;
 use crate::exit::Remap;
 use crate::signals::{self, Rewrite, Signo};
+use crate::stop_sequence::StopSequence;
+use crate::user::{self, Credentials};
 
 const AFTER_HELP: &str = "\
 DURATION is 500ms, 8s, 1m30s...; a bare number is seconds.
@@ -68,7 +70,7 @@ struct Opt {
     help: &'static str,
 }
 
-const OPTIONS: [Opt; 21] = [
+const OPTIONS: [Opt; 23] = [
     Opt {
         id: "grace",
         long: "grace",
@@ -278,6 +280,26 @@ const OPTIONS: [Opt; 21] = [
         help: "With --memory-stop: how often the working set is read besides every memory event (at least \
             10ms) [default: 1s]",
     },
+    Opt {
+        id: "user",
+        long: "user",
+        env: "DRAINIT_USER",
+        value_name: "USER[:GROUP]",
+        list: false,
+        hyphen: true,
+        help: "Run the worker and the finish program as USER (a name from the image's /etc/passwd, or a \
+            number), with GROUP (name or number) as its group; drainit itself stays root",
+    },
+    Opt {
+        id: "stop_sequence",
+        long: "stop-sequence",
+        env: "DRAINIT_STOP_SEQUENCE",
+        value_name: "LIST",
+        list: false,
+        hyphen: true,
+        help: "What the worker's group gets instead of the stop signal: SIGNAL or SIGNAL@OFFSET, comma \
+            separated, offsets from when the stop signal would go out (TSTP,TERM@20s; TERM,INT@10s,QUIT@20s)",
+    },
 ];
 
 /// drainit's command line: the options, -v/-q, then the worker's command,
@@ -368,6 +390,11 @@ pub struct Config {
     /// `--memory-stop`: a percent of the limit, 1-99.
     pub memory_stop: Option<u8>,
     pub memory_check: Duration,
+    /// `--watchdog-signal` was given (not the default).
+    pub watchdog_signal_given: bool,
+    /// `--user`, resolved against the image's /etc/passwd and /etc/group.
+    pub user: Option<Credentials>,
+    pub stop_sequence: Option<StopSequence>,
     /// `DRAINIT_*` variables that are none of drainit's, each with the
     /// nearest real one: (name, nearest), both ready for a logfmt line. To
     /// be warned about once the logger is up.
@@ -611,7 +638,9 @@ fn parse_all(args: Vec<OsString>) -> Result<Config, Halt> {
     let watchdog = above_zero("watchdog")?;
     let ready_timeout = above_zero("ready_timeout")?;
     let ready_file = path("ready_file")?.map(PathBuf::from);
-    let watchdog_signal = match one("watchdog_signal")? {
+    let watchdog_signal_text = one("watchdog_signal")?;
+    let watchdog_signal_given = watchdog_signal_text.is_some();
+    let watchdog_signal = match watchdog_signal_text {
         None => signals::SIGTERM,
         Some(text) if text.trim() == "0" => {
             return Err(invalid("watchdog_signal", &text, "0 sends nothing; name the signal that begins the stop"));
@@ -650,6 +679,39 @@ fn parse_all(args: Vec<OsString>) -> Result<Config, Halt> {
         let why = format!("must be at least 10ms (set by {})", setting("memory_check"));
         return Err(invalid("memory_check", &check_text, &why));
     }
+    let user = match one("user")? {
+        None => None,
+        Some(text) => {
+            Some(user::load(&text, nix::unistd::geteuid().as_raw()).map_err(|why| invalid("user", &text, &why))?)
+        }
+    };
+    let stop_sequence = match one("stop_sequence")? {
+        None => None,
+        Some(text) => {
+            let sequence = StopSequence::parse(&text).map_err(|why| invalid("stop_sequence", &text, &why))?;
+            let last = stop_delay.saturating_add(sequence.last_offset());
+            if last >= grace {
+                let why = format!(
+                    "its last step goes out {} after the stop (the stop delay, {}, plus its offset, {}), which \
+                    must be before the grace deadline, {} ({}): shorten {}, shorten {}, or lengthen {}",
+                    duration::show(last),
+                    duration::show(stop_delay),
+                    duration::show(sequence.last_offset()),
+                    duration::show(grace),
+                    match matches.value_source("grace") {
+                        Some(ValueSource::EnvVariable | ValueSource::CommandLine) =>
+                            format!("from {}", origin("grace")),
+                        _ => "the default: the orchestrator timeout minus 1s".to_string(),
+                    },
+                    setting("stop_sequence"),
+                    setting("stop_delay"),
+                    setting("grace"),
+                );
+                return Err(invalid("stop_sequence", &text, &why));
+            }
+            Some(sequence)
+        }
+    };
 
     let log = match own_var(LOG_VAR).cloned().map(OsString::into_string) {
         None => None,
@@ -692,6 +754,9 @@ fn parse_all(args: Vec<OsString>) -> Result<Config, Halt> {
         oom_exit_code,
         memory_stop,
         memory_check,
+        watchdog_signal_given,
+        user,
+        stop_sequence,
         unknown_vars,
     })
 }

@@ -28,6 +28,8 @@ pub enum Event {
     StopForwarded {
         signal: Signo,
         waited: Duration,
+        /// The step of `--stop-sequence` (1, 2, ...), when one is configured.
+        step: Option<u32>,
     },
     ChildExited {
         pid: i32,
@@ -273,8 +275,12 @@ impl fmt::Display for Event {
                 }
                 status(f, s)
             }
-            Event::StopForwarded { signal, waited } => {
-                write!(f, "event=stop_forwarded signal={} waited={}", signals::name(*signal), duration(*waited))
+            Event::StopForwarded { signal, waited, step } => {
+                write!(f, "event=stop_forwarded signal={} waited={}", signals::name(*signal), duration(*waited))?;
+                match step {
+                    Some(step) => write!(f, " step={step}"),
+                    None => Ok(()),
+                }
             }
             Event::ChildExited { pid, outcome: o, oom } => {
                 write!(f, "event=child_exited pid={pid}")?;
@@ -413,10 +419,14 @@ mod tests {
                 "event=stop_requested signal=SIGTERM grace=9s delay=5s status=\"in_flight=3\"",
             ),
             (
-                Event::StopForwarded { signal: libc::SIGQUIT, waited: ms(5003) },
+                Event::StopForwarded { signal: libc::SIGQUIT, waited: ms(5003), step: None },
                 "event=stop_forwarded signal=SIGQUIT waited=5.003s",
             ),
             (Event::ChildExited { pid: 7, outcome: Outcome::Exited(3), oom: false }, "event=child_exited pid=7 code=3"),
+            (
+                Event::StopForwarded { signal: libc::SIGTSTP, waited: ms(2000), step: Some(1) },
+                "event=stop_forwarded signal=SIGTSTP waited=2s step=1",
+            ),
             (
                 Event::ChildExited { pid: 7, outcome: Outcome::Signaled(9), oom: false },
                 "event=child_exited pid=7 signal=SIGKILL code=137",

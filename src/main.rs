@@ -34,12 +34,14 @@ mod retry_after;
 mod signals;
 mod spawn;
 mod state;
+mod stop_sequence;
 mod supervisor;
 #[allow(unsafe_code)]
 mod sys;
 mod timers;
 mod tools;
 mod tty;
+mod user;
 
 use std::ffi::OsString;
 use std::fmt::Display;
@@ -126,6 +128,10 @@ fn run(args: Vec<OsString>) -> ! {
         sys::set_env(retry_after::VAR, path.as_os_str());
     }
     let (notify, outer) = if notifying { readiness(&config, private.as_ref()) } else { (None, None) };
+    let run_as = config.user.clone();
+    if let Some(user) = &run_as {
+        user::hand_over(user, private.as_ref().map(PrivateDir::path), notify.is_some());
+    }
     let drain_file = config.drain_file.clone().map(DrainFile::new);
     if let Some(file) = &drain_file {
         file.remove_stale();
@@ -152,8 +158,10 @@ fn run(args: Vec<OsString>) -> ! {
     if let Some(state::Verdict::Unclean(predecessor)) = verdict {
         supervisor.sweep_first(predecessor);
     }
+    let mut spawner = Spawner::new(take_tty, watchdog_pid);
+    spawner.set_user(run_as);
     let mut exec = Executor {
-        spawner: Spawner::new(take_tty, watchdog_pid),
+        spawner,
         private,
         socket_in_private: notify.is_some(),
         ready_file,
@@ -238,6 +246,8 @@ fn settings(config: Config, finish: bool, socket: bool, outer: bool) -> Settings
         oom_exit_code: config.oom_exit_code.map(|c| exit::Code(i32::from(c))),
         memory_stop: config.memory_stop,
         memory_check: config.memory_check,
+        stop_sequence: config.stop_sequence,
+        watchdog_signal_given: config.watchdog_signal_given,
     }
 }
 

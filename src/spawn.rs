@@ -5,6 +5,7 @@
 //! child itself (see `sys::spawn`), so that drainit can tell 127 (not found)
 //! from 126 (not executable) from a worker that merely exited with those codes.
 
+use std::cell::Cell;
 use std::ffi::{CString, OsString};
 use std::os::fd::AsFd;
 use std::os::unix::ffi::OsStrExt;
@@ -16,11 +17,18 @@ use crate::events::Event;
 use crate::exit::Code;
 use crate::signals;
 use crate::sys::{self, ChildStack, ExecArgs};
+use crate::user::Credentials;
 
 /// Why no program is running.
 #[derive(Debug)]
 pub enum SpawnError {
     Exec {
+        errno: Errno,
+    },
+    /// `--user`: the child's switch failed at `call` (setgroups, setgid,
+    /// setuid) and it ended before exec, with 126.
+    User {
+        call: &'static str,
         errno: Errno,
     },
     /// drainit's own step failed: "fork" (the clone that makes the child),
@@ -35,7 +43,7 @@ impl SpawnError {
     pub fn code(&self) -> Code {
         match self {
             SpawnError::Exec { errno: Errno::ENOENT | Errno::ENOTDIR } => Code::NOT_FOUND,
-            SpawnError::Exec { .. } => Code::NOT_EXECUTABLE,
+            SpawnError::Exec { .. } | SpawnError::User { .. } => Code::NOT_EXECUTABLE,
             SpawnError::Setup { .. } => Code::FAILED,
         }
     }
@@ -67,6 +75,14 @@ impl Program {
             SpawnError::Exec { errno } => {
                 Event::ExecFailed { command: self.name.clone(), error: errno.desc().to_string(), code: err.code().0 }
             }
+            SpawnError::User { call, errno } if finish => {
+                Event::FinishFailed { command: self.name.clone(), error: format!("{call}: {}", errno.desc()) }
+            }
+            SpawnError::User { call, errno } => Event::ExecFailed {
+                command: self.name.clone(),
+                error: format!("{call}: {}", errno.desc()),
+                code: err.code().0,
+            },
             SpawnError::Setup { what, errno } => {
                 let error = match (*what, errno) {
                     ("fork", Errno::EAGAIN) => "the process limit is reached (RLIMIT_NPROC or pid_max)".to_string(),
@@ -84,11 +100,18 @@ pub struct Spawner {
     take_tty: bool,
     /// Write the child's pid into WATCHDOG_PID.
     watchdog_pid: bool,
+    /// `--user`: whom the child becomes before exec.
+    user: Option<Credentials>,
 }
 
 impl Spawner {
     pub fn new(take_tty: bool, watchdog_pid: bool) -> Spawner {
-        Spawner { stack: None, take_tty, watchdog_pid }
+        Spawner { stack: None, take_tty, watchdog_pid, user: None }
+    }
+
+    /// Every program runs as `user` (the worker and the finish program).
+    pub fn set_user(&mut self, user: Option<Credentials>) {
+        self.user = user;
     }
 
     /// Start `program`; returns its pid (= its pgid). Variables it should
@@ -104,9 +127,16 @@ impl Spawner {
                 self.stack.insert(ChildStack::new(argc).map_err(|errno| SpawnError::Setup { what: "stack", errno })?)
             }
         };
-        let (take_tty, watchdog_pid) = (self.take_tty, self.watchdog_pid);
-        let spawned = sys::spawn(stack, &program.exec, || child_setup(take_tty, watchdog_pid))
+        let (take_tty, watchdog_pid, user) = (self.take_tty, self.watchdog_pid, self.user.as_ref());
+        // Written by the child when its switch of user fails (it shares
+        // drainit's memory, and drainit sleeps until it exits).
+        let switch_failed = Cell::new(None);
+        let spawned = sys::spawn(stack, &program.exec, || child_setup(take_tty, watchdog_pid, user, &switch_failed))
             .map_err(|errno| SpawnError::Setup { what: "fork", errno })?;
+        if let Some((call, errno)) = switch_failed.get() {
+            let _ = nix::sys::wait::waitpid(spawned.pid, None);
+            return Err(SpawnError::User { call, errno });
+        }
         match spawned.exec_error {
             None => Ok(spawned.pid.as_raw()),
             Some(errno) => {
@@ -120,7 +150,12 @@ impl Spawner {
 }
 
 /// In the child, before exec: syscalls only (it shares drainit's memory).
-fn child_setup(take_tty: bool, watchdog_pid: bool) {
+fn child_setup(
+    take_tty: bool,
+    watchdog_pid: bool,
+    user: Option<&Credentials>,
+    switch_failed: &Cell<Option<(&'static str, Errno)>>,
+) {
     if watchdog_pid {
         sys::fill_watchdog_pid();
     }
@@ -136,6 +171,14 @@ fn child_setup(take_tty: bool, watchdog_pid: bool) {
         // under dumb-init. stdin() allocates nothing here: tty::hand_over,
         // which alone sets take_tty, created its buffer before.
         let _ = sys::set_controlling_tty(std::io::stdin().as_fd());
+    }
+    // Last of what needs root; a failure ends the child here: never an
+    // exec as root by accident.
+    if let Some(user) = user
+        && let Err(failed) = sys::become_user(&user.groups, user.gid, user.uid)
+    {
+        switch_failed.set(Some(failed));
+        sys::exit_now(Code::NOT_EXECUTABLE.0);
     }
     // Dispositions are already SIG_DFL (drainit reset them at startup and
     // never installs a handler); the mask is the last thing inherited.

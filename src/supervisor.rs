@@ -16,6 +16,7 @@ use crate::exit::{Code, Outcome, Remap};
 use crate::record::{Ending, Record, StopReason, StopRequest};
 use crate::signals::{self, Rewrite, SIGKILL, SIGTERM, Signo};
 use crate::state::Predecessor;
+use crate::stop_sequence::StopSequence;
 use crate::timers::{Timer, Timers};
 
 /// The time of one turn of the event loop, read at its first use and then
@@ -244,6 +245,11 @@ pub struct Settings {
     /// `--memory-stop`'s percent, when a limit was found to take it of.
     pub memory_stop: Option<u8>,
     pub memory_check: Duration,
+    /// `--stop-sequence`: its steps go out instead of the stop signal.
+    pub stop_sequence: Option<StopSequence>,
+    /// `--watchdog-signal` was given: with a stop sequence, a stop the
+    /// watchdog or the ready timeout begins sends it as the first step.
+    pub watchdog_signal_given: bool,
 }
 
 /// How long the finish program may still run once the grace deadline has
@@ -279,6 +285,11 @@ pub struct Supervisor {
     over: (u64, u64),
     /// The predecessor to sweep up after, before the first attempt.
     sweep: Option<Predecessor>,
+    /// The stop sequence under way: when it began (offsets count from
+    /// then), the next step to send, and what its first step sends (the
+    /// watchdog signal, for a stop the watchdog began). `Timer::StopStep`
+    /// holds the next step's instant.
+    sequence: Option<(Instant, usize, Option<Signo>)>,
 }
 
 impl Supervisor {
@@ -303,6 +314,7 @@ impl Supervisor {
             oom_rose: false,
             over: (0, 0),
             sweep: None,
+            sequence: None,
             settings,
         }
     }
@@ -452,9 +464,14 @@ impl Supervisor {
         let first_stop = signals::is_stop(sig) && self.record.stop.is_none();
         match self.phase {
             _ if first_stop => self.first_stop(sig, StopReason::Signal, now.get(), out),
-            // An impatient second stop ends the delay, and goes out itself.
-            Phase::DelayingStop { worker, .. } if signals::is_stop(sig) => {
-                self.forward_stop(sig, worker, now.get(), out)
+            // An impatient second stop ends the delay, and goes out itself;
+            // the stop sequence, if any, begins then.
+            Phase::DelayingStop { worker, held } if signals::is_stop(sig) => {
+                let now = now.get();
+                self.forward_stop(sig, worker, now, out);
+                if self.settings.stop_sequence.is_some() {
+                    self.begin_sequence(held, StopReason::Signal, now, out);
+                }
             }
             Phase::Running { .. }
             | Phase::DelayingStop { .. }
@@ -516,7 +533,10 @@ impl Supervisor {
             }
             Phase::Running { worker } => {
                 self.phase = Phase::Stopping { worker };
-                self.forward(sig, out);
+                match self.settings.stop_sequence {
+                    Some(_) => self.begin_sequence(sig, reason, now, out),
+                    None => self.forward(sig, out),
+                }
                 out.push(Action::NoRestart);
             }
             Phase::Draining { then } => {
@@ -552,9 +572,53 @@ impl Supervisor {
         self.timers.disarm(Timer::StopDelay);
         if let Some(to) = self.settings.rewrite.apply(sig) {
             out.push(Action::Forward(to));
-            out.push(Action::Log(Event::StopForwarded { signal: to, waited: now.saturating_duration_since(stop.at) }));
+            let waited = now.saturating_duration_since(stop.at);
+            out.push(Action::Log(Event::StopForwarded { signal: to, waited, step: None }));
         }
         self.phase = Phase::Stopping { worker };
+    }
+
+    /// The stop sequence begins (at once, or at the end of the stop delay):
+    /// the steps due now go out, and the next is armed. A stop the watchdog
+    /// or the ready timeout began sends the watchdog signal (rewritten, as
+    /// without a sequence) as its first step when `--watchdog-signal` was
+    /// given.
+    fn begin_sequence(&mut self, sig: Signo, reason: StopReason, now: Instant, out: &mut Vec<Action>) {
+        let first = match reason {
+            StopReason::Watchdog | StopReason::ReadyTimeout if self.settings.watchdog_signal_given => {
+                Some(self.settings.rewrite.apply(sig))
+            }
+            _ => None,
+        };
+        self.sequence = Some((now, 0, first.map(|to| to.unwrap_or(0))));
+        self.send_steps(now, out);
+    }
+
+    /// Every step of the sequence due at `now`, in order; then the next
+    /// step's timer.
+    fn send_steps(&mut self, now: Instant, out: &mut Vec<Action>) {
+        let (Some((from, mut next, first)), Some(sequence), Some(stop)) =
+            (self.sequence, self.settings.stop_sequence.as_ref(), self.record.stop)
+        else {
+            return;
+        };
+        let steps = sequence.steps();
+        while let Some(step) = steps.get(next).filter(|s| from + s.offset <= now) {
+            // A watchdog signal rewritten to 0 sends nothing, as without a
+            // sequence.
+            let signal = if next == 0 { first.unwrap_or(step.signal) } else { step.signal };
+            next += 1;
+            if signal != 0 {
+                out.push(Action::Forward(signal));
+                let waited = now.saturating_duration_since(stop.at);
+                out.push(Action::Log(Event::StopForwarded { signal, waited, step: Some(next as u32) }));
+            }
+        }
+        self.sequence = Some((from, next, first));
+        match steps.get(next) {
+            Some(step) => self.timers.arm(Timer::StopStep, from + step.offset),
+            None => self.timers.disarm(Timer::StopStep),
+        }
     }
 
     fn forward(&self, sig: Signo, out: &mut Vec<Action>) {
@@ -699,7 +763,8 @@ impl Supervisor {
         out.push(Action::Log(Event::ChildExited { pid, outcome, oom }));
         self.not_ready(out);
         self.watch = Watch::Off;
-        for timer in [Timer::Watchdog, Timer::Ready, Timer::StopDelay, Timer::MemoryCheck] {
+        // The worker's exit ends the stop delay and the stop sequence.
+        for timer in [Timer::Watchdog, Timer::Ready, Timer::StopDelay, Timer::StopStep, Timer::MemoryCheck] {
             self.timers.disarm(timer);
         }
         let code = match self.settings.oom_exit_code {
@@ -761,7 +826,18 @@ impl Supervisor {
 
     fn fire(&mut self, timer: Timer, at: Instant, now: Instant, out: &mut Vec<Action>) {
         match (timer, self.phase) {
-            (Timer::StopDelay, Phase::DelayingStop { worker, held }) => self.forward_stop(held, worker, now, out),
+            (Timer::StopDelay, Phase::DelayingStop { worker, held }) => {
+                match self.settings.stop_sequence {
+                    // The sequence goes out instead of the held signal.
+                    Some(_) => {
+                        self.timers.disarm(Timer::StopDelay);
+                        self.phase = Phase::Stopping { worker };
+                        self.begin_sequence(held, StopReason::Signal, now, out);
+                    }
+                    None => self.forward_stop(held, worker, now, out),
+                }
+            }
+            (Timer::StopStep, Phase::Stopping { .. }) => self.send_steps(now, out),
             (Timer::Watchdog, Phase::Running { .. }) if self.watch == Watch::On => {
                 // drainit itself did not run for more than an interval past
                 // the deadline (stopped, paused, starved): the messages of
@@ -785,6 +861,7 @@ impl Supervisor {
                 self.read_usage(out);
             }
             (Timer::Grace, Phase::Stopping { .. } | Phase::Draining { then: Then::Restart(_) | Then::Finish(_) }) => {
+                self.timers.disarm(Timer::StopStep);
                 self.kill_sent = true;
                 out.push(Action::Deadline);
             }
@@ -897,6 +974,8 @@ mod tests {
             oom_exit_code: None,
             memory_stop: None,
             memory_check: ms(1000),
+            stop_sequence: None,
+            watchdog_signal_given: false,
         }
     }
 
@@ -1360,7 +1439,7 @@ mod tests {
         let out = st.actions(2000, Tick);
         assert_eq!(
             out[1],
-            Action::Log(Event::StopForwarded { signal: SIGTERM, waited: ms(2000) }),
+            Action::Log(Event::StopForwarded { signal: SIGTERM, waited: ms(2000), step: None }),
             "waited from the stop request"
         );
         assert_eq!(st.deadline(), Some(ms(5000)), "stop + grace, not stop + delay + grace");
@@ -2056,6 +2135,176 @@ mod tests {
         );
     }
 
+    fn sequence(text: &str, p: Settings) -> Settings {
+        Settings { stop_sequence: Some(StopSequence::parse(text).unwrap()), ..p }
+    }
+    fn sidekiq() -> Settings {
+        sequence("TSTP,TERM@2s", policy())
+    }
+    fn postgres() -> Settings {
+        sequence("TERM,INT@1s,QUIT@3s", policy())
+    }
+
+    /// The stop sequence's steps among `out`: (signal, step, waited in ms),
+    /// each checked to be the `stop_forwarded` that follows its forward.
+    fn steps(out: &[Action]) -> Vec<(String, u32, u128)> {
+        let mut steps = Vec::new();
+        for (i, a) in out.iter().enumerate() {
+            if let Action::Log(Event::StopForwarded { signal, waited, step: Some(step) }) = a {
+                assert_eq!(out[i - 1], Action::Forward(*signal), "the step's forward comes first: {out:?}");
+                steps.push((signals::name(*signal), *step, waited.as_millis()));
+            }
+        }
+        steps
+    }
+    fn step(sig: &str, n: u32, waited: u128) -> (String, u32, u128) {
+        (sig.to_string(), n, waited)
+    }
+
+    /// A story's inputs at t + ms -> the steps that go out, and what else
+    /// is forwarded; the grace is 5s.
+    #[test]
+    fn stop_sequences() {
+        type Row = (&'static str, Settings, Vec<(u64, Step)>, Vec<(&'static str, u32, u128)>);
+        let rows: Vec<Row> = vec![
+            (
+                "sidekiq: quiet at once, shut down at the offset",
+                sidekiq(),
+                vec![(0, Step::In(Signal(SIGTERM))), (1999, Tick), (2000, Tick)],
+                vec![("SIGTSTP", 1, 0), ("SIGTERM", 2, 2000)],
+            ),
+            (
+                "postgres: smart, fast, immediate",
+                postgres(),
+                vec![(0, Step::In(Signal(SIGTERM))), (1000, Tick), (3000, Tick)],
+                vec![("SIGTERM", 1, 0), ("SIGINT", 2, 1000), ("SIGQUIT", 3, 3000)],
+            ),
+            (
+                "a late turn sends every step due, in order",
+                postgres(),
+                vec![(0, Step::In(Signal(SIGTERM))), (3500, Tick)],
+                vec![("SIGTERM", 1, 0), ("SIGINT", 2, 3500), ("SIGQUIT", 3, 3500)],
+            ),
+            (
+                "any stop signal begins it",
+                sidekiq(),
+                vec![(0, Step::In(Signal(SIGINT))), (2000, Tick)],
+                vec![("SIGTSTP", 1, 0), ("SIGTERM", 2, 2000)],
+            ),
+            (
+                "a first step with an offset: nothing at once",
+                sequence("TSTP@1s,TERM@2s", policy()),
+                vec![(0, Step::In(Signal(SIGTERM))), (1000, Tick), (2000, Tick)],
+                vec![("SIGTSTP", 1, 1000), ("SIGTERM", 2, 2000)],
+            ),
+            (
+                "after the stop delay: offsets from its end",
+                Settings { stop_delay: ms(1000), ..sidekiq() },
+                vec![(0, Step::In(Signal(SIGTERM))), (999, Tick), (1000, Tick), (2999, Tick), (3000, Tick)],
+                vec![("SIGTSTP", 1, 1000), ("SIGTERM", 2, 3000)],
+            ),
+            (
+                "the worker's exit ends it",
+                postgres(),
+                vec![(0, Step::In(Signal(SIGTERM))), (500, Step::In(Reaped(W, exited(0)))), (1000, Tick), (3000, Tick)],
+                vec![("SIGTERM", 1, 0)],
+            ),
+            (
+                "the worker's exit during the delay: no step at all",
+                Settings { stop_delay: ms(1000), ..sidekiq() },
+                vec![(0, Step::In(Signal(SIGTERM))), (500, Step::In(Reaped(W, exited(0)))), (1000, Tick), (3000, Tick)],
+                vec![],
+            ),
+            (
+                "the watchdog's stop runs it",
+                sequence("TSTP,TERM@2s", Settings { watchdog_signal: SIGTERM, ..watched() }),
+                vec![(1000, Tick), (3000, Tick)],
+                vec![("SIGTSTP", 1, 0), ("SIGTERM", 2, 2000)],
+            ),
+            (
+                "with --watchdog-signal given, the watchdog's stop sends it first",
+                sequence("TSTP,TERM@2s", Settings { watchdog_signal_given: true, ..watched() }),
+                vec![(1000, Tick), (3000, Tick)],
+                vec![("SIGQUIT", 1, 0), ("SIGTERM", 2, 2000)],
+            ),
+            (
+                "the ready timeout's stop too",
+                sequence("TSTP,TERM@1s", Settings { watchdog_signal_given: true, ..ready_gated() }),
+                vec![(3000, Tick), (4000, Tick)],
+                vec![("SIGQUIT", 1, 0), ("SIGTERM", 2, 1000)],
+            ),
+            (
+                "a stop signal's stop ignores --watchdog-signal",
+                sequence("TSTP,TERM@2s", Settings { watchdog_signal_given: true, ..watched() }),
+                vec![(500, Step::In(Signal(SIGTERM))), (2500, Tick)],
+                vec![("SIGTSTP", 1, 0), ("SIGTERM", 2, 2000)],
+            ),
+        ];
+        for (name, settings, inputs, want) in rows {
+            let mut st = running(settings);
+            let mut got = Vec::new();
+            for (at, input) in &inputs {
+                got.extend(steps(&st.actions(*at, input.clone())));
+            }
+            let want: Vec<_> = want.iter().map(|(s, n, w)| step(s, *n, *w)).collect();
+            assert_eq!(got, want, "{name}");
+        }
+    }
+
+    #[test]
+    fn the_first_step_goes_out_in_the_stops_turn_before_no_restart() {
+        let mut st = running(sidekiq());
+        assert_eq!(
+            st.feed(0, Signal(SIGTERM)),
+            ["log stop_requested", "drain_file", "forward SIGTSTP", "log stop_forwarded", "no_restart"]
+        );
+        assert_eq!(st.phase(), "stopping");
+        assert_eq!(st.deadline(), Some(ms(2000)), "the next step is the next timer");
+        assert_eq!(st.s.timers.get(crate::timers::Timer::StopStep), Some(st.t + ms(2000)));
+        assert_eq!(st.s.timers.get(crate::timers::Timer::Grace), Some(st.t + ms(5000)));
+        assert_eq!(st.feed(2000, Tick), ["forward SIGTERM", "log stop_forwarded"]);
+        assert_eq!(st.deadline(), Some(ms(5000)), "after the last step: the grace deadline");
+        assert_eq!(st.feed(5000, Tick), ["deadline"]);
+    }
+
+    #[test]
+    fn a_second_stop_goes_out_at_once_and_the_sequence_goes_on() {
+        let mut st = running(sidekiq());
+        st.feed(0, Signal(SIGTERM));
+        assert_eq!(st.feed(500, Signal(SIGTERM)), ["forward SIGTERM"]);
+        assert_eq!(st.feed(700, Signal(SIGINT)), ["forward SIGINT"]);
+        assert_eq!(steps(&st.actions(2000, Tick)), [step("SIGTERM", 2, 2000)]);
+    }
+
+    #[test]
+    fn a_second_stop_during_the_delay_goes_out_and_begins_the_sequence() {
+        let mut st = running(Settings { stop_delay: ms(1000), ..sidekiq() });
+        st.feed(0, Signal(SIGTERM));
+        let out = st.actions(400, Signal(SIGINT));
+        assert_eq!(out[0], Action::Forward(SIGINT), "the second stop itself, at once: {out:?}");
+        assert_eq!(steps(&out), [step("SIGTSTP", 1, 400)]);
+        assert_eq!(st.deadline(), Some(ms(2400)), "offsets from the delay's early end");
+        assert_eq!(steps(&st.actions(2400, Tick)), [step("SIGTERM", 2, 2400)]);
+    }
+
+    #[test]
+    fn steps_replace_the_rewritten_stop_signal_others_are_rewritten_as_usual() {
+        let rewrite = Rewrite::parse(["TERM:QUIT", "HUP:USR1"]).unwrap();
+        let mut st = running(Settings { rewrite, ..sidekiq() });
+        assert_eq!(steps(&st.actions(0, Signal(SIGTERM))), [step("SIGTSTP", 1, 0)]);
+        assert_eq!(st.feed(100, Signal(HUP)), ["forward SIGUSR1"]);
+        assert_eq!(st.feed(200, Signal(SIGTERM)), ["forward SIGQUIT"], "a second stop: rewritten, as always");
+        assert_eq!(steps(&st.actions(2000, Tick)), [step("SIGTERM", 2, 2000)], "steps are not rewritten");
+    }
+
+    #[test]
+    fn without_a_worker_a_stop_is_forwarded_as_usual() {
+        // The worker exited; what it left gets the stop signal, not the steps.
+        let mut st = draining(sidekiq(), 75);
+        assert_eq!(st.feed(10, Signal(SIGTERM)), ["log stop_requested", "drain_file", "forward SIGTERM", "no_restart"]);
+        assert!(!st.s.timers.is_armed(crate::timers::Timer::StopStep));
+    }
+
     /// The supervisor explored: every sequence of inputs a real run can
     /// produce, up to DEPTH inputs, from the start, each checked against
     /// the contract's promises at every step. The world is modelled as
@@ -2104,6 +2353,8 @@ mod tests {
             oom_since_spawn: bool,
             /// The worker's last death was the OOM killer's.
             last_oom: bool,
+            /// The last step of the stop sequence that went out.
+            last_step: u32,
         }
 
         #[derive(Clone, Copy, Debug)]
@@ -2281,6 +2532,21 @@ mod tests {
                         None
                     }
                     Action::Log(Event::MemoryStop { .. }) if !self.over => fail("a memory stop under the percent"),
+                    // A step goes to the running worker, in order, before
+                    // the deadline's SIGKILL.
+                    Action::Log(Event::StopForwarded { step: Some(n), .. }) => {
+                        if self.worker.is_none() {
+                            fail("a step of the stop sequence after the worker's exit");
+                        }
+                        if self.stop_at.is_none() || self.killed_since_stop {
+                            fail("a step of the stop sequence outside a stop, or after the deadline");
+                        }
+                        if n != self.last_step + 1 {
+                            fail("the steps of the stop sequence out of order");
+                        }
+                        self.last_step = n;
+                        None
+                    }
                     Action::Log(
                         Event::StopRequested { .. }
                         | Event::WatchdogExpired { .. }
@@ -2324,6 +2590,17 @@ mod tests {
                             fail(format!("a stop at {:?} leaves {other:?} past {:?}", stop - self.t0, limit - self.t0))
                         }
                     }
+                }
+                // The sequence goes on while the worker runs: its next
+                // step is armed until the last went out.
+                let steps = self.s.settings.stop_sequence.as_ref().map_or(0, |q| q.steps().len()) as u32;
+                if matches!(self.s.phase, Phase::Stopping { .. })
+                    && steps > 0
+                    && self.last_step < steps
+                    && !self.killed_since_stop
+                    && !self.s.timers.is_armed(crate::timers::Timer::StopStep)
+                {
+                    fail(format!("the stop sequence stalled after step {}", self.last_step));
                 }
                 if let Some(code) = self.exited {
                     let want = match (self.last, self.stopped_asleep) {
@@ -2381,6 +2658,7 @@ mod tests {
                     oom_kills: 0,
                     oom_since_spawn: false,
                     last_oom: false,
+                    last_step: 0,
                 };
                 let mut out = Vec::new();
                 w.s.start(&mut out);
@@ -2485,14 +2763,27 @@ mod tests {
         #[test]
         fn every_state_keeps_every_promise() {
             let depth = std::env::var("DRAINIT_EXPLORE_DEPTH").ok().and_then(|d| d.parse().ok()).unwrap_or(DEPTH);
-            let configs: [(&str, Settings, bool); 6] = [
+            let configs: [(&str, Settings, bool); 8] = [
                 ("plain", policy(), false),
+                (
+                    "stop sequence, stop delay, finish program",
+                    Settings { stop_delay: ms(1000), ..sequence("TSTP,TERM@2s,QUIT@3500ms", with_finish()) },
+                    false,
+                ),
+                (
+                    "stop sequence, watchdog signal",
+                    sequence("TSTP,TERM@1s", Settings { watchdog_signal_given: true, ..ready_gated() }),
+                    false,
+                ),
                 ("stop delay, finish program", Settings { stop_delay: ms(2000), ..with_finish() }, false),
                 ("watchdog, finish program", Settings { finish_timeout: Some(ms(30_000)), ..watched() }, false),
                 ("ready timeout", Settings { watchdog_signal: SIGTERM, ..ready_gated() }, false),
                 (
-                    "memory stop, OOM exit code, finish program",
-                    Settings { memory_stop: Some(90), oom_exit_code: Some(Code(3)), ..with_finish() },
+                    "memory stop, stop sequence, OOM exit code, finish program",
+                    sequence(
+                        "TSTP,TERM@1s",
+                        Settings { memory_stop: Some(90), oom_exit_code: Some(Code(3)), ..with_finish() },
+                    ),
                     false,
                 ),
                 ("the sweep first, finish program", with_finish(), true),

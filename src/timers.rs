@@ -5,12 +5,14 @@
 use std::time::Instant;
 
 /// The named timers. The order is the order in which timers due at the same
-/// instant fire: a held stop goes out before the grace deadline it belongs to
-/// is judged, and the kills before anything is restarted.
+/// instant fire: a held stop (and then a step of the stop sequence) goes out
+/// before the grace deadline it belongs to is judged, and the kills before anything is restarted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Timer {
     /// The held stop signal reaches the worker's group.
     StopDelay,
+    /// The next step of `--stop-sequence` reaches the worker's group.
+    StopStep,
     /// The worker missed its `WATCHDOG=1`.
     Watchdog,
     /// The worker did not send `READY=1` in time.
@@ -27,8 +29,9 @@ pub enum Timer {
 }
 
 impl Timer {
-    pub const ALL: [Timer; 7] = [
+    pub const ALL: [Timer; 8] = [
         Timer::StopDelay,
+        Timer::StopStep,
         Timer::Watchdog,
         Timer::Ready,
         Timer::MemoryCheck,
@@ -119,10 +122,10 @@ mod tests {
             ("soonest first", &[(Timer::Backoff, 100), (Timer::Grace, 50)], &[], 200, &[Timer::Grace, Timer::Backoff]),
             (
                 "same instant: the table's order",
-                &[(Timer::Finish, 100), (Timer::Grace, 100), (Timer::StopDelay, 100)],
+                &[(Timer::Finish, 100), (Timer::Grace, 100), (Timer::StopStep, 100), (Timer::StopDelay, 100)],
                 &[],
                 100,
-                &[Timer::StopDelay, Timer::Grace, Timer::Finish],
+                &[Timer::StopDelay, Timer::StopStep, Timer::Grace, Timer::Finish],
             ),
             ("one of two due", &[(Timer::Watchdog, 100), (Timer::Ready, 300)], &[], 200, &[Timer::Watchdog]),
             ("re-armed: the last arm counts", &[(Timer::Grace, 100), (Timer::Grace, 900)], &[], 500, &[]),

@@ -633,3 +633,35 @@ fn a_climb_under_docker_memory_is_turned_into_a_stop() {
     assert!(!out.stderr.contains("event=oom_kill"), "{}", out.text());
     assert_eq!(c.inspect("{{.State.OOMKilled}}").trim(), "false", "{}", out.text());
 }
+
+/// `--user` with numbers in a `FROM scratch` image that has no /etc/passwd
+/// (gosu's job, without gosu): the worker runs as 1234:5678 with that group
+/// alone and HOME=/, cannot signal drainit (PID 1, root), and the
+/// retry-after file in drainit's private directory is still its to write.
+/// A name there is refused at start: the image has no passwd to find it in.
+#[test]
+fn user_numbers_in_a_scratch_image_without_passwd() {
+    let image = rig();
+    let worker = r#"
+        echo "ids: $(id -u) $(id -g) $(id -G)"
+        echo "home: $HOME user: $USER"
+        grep '^Groups:' /proc/self/status
+        kill -TERM 1 2>/dev/null; echo "kill: $?"
+        if [ "$DRAINIT_ATTEMPT" = 1 ]; then echo 200ms > "$DRAINIT_RETRY_AFTER_FILE" && exit 75; fi
+        exit 0
+    "#;
+    let env = [("DRAINIT_USER", "1234:5678")];
+    let (_c, out) = Container::run(docker(), &[], &env, &image.tag, &["sh", "-c", worker]);
+    let log = format!("{}{}", out.stdout, out.stderr);
+    assert_eq!(out.code(), Some(0), "{log}");
+    assert_log_has(&log, "ids: 1234 5678 5678", "--user 1234:5678");
+    assert_log_has(&log, "home: / user: 1234", "--user 1234:5678");
+    assert!(log.lines().any(|l| l.split_whitespace().eq(["Groups:", "5678"])), "{log}");
+    assert_log_has(&log, "kill: 1", "the worker signalling PID 1");
+    assert_log_has(&log, "event=backoff attempt=1 code=75 delay=200ms", "the retry-after file as the user");
+    assert!(!log.contains("stop_requested"), "{log}");
+
+    let (_c, out) = Container::run(docker(), &[], &[("DRAINIT_USER", "app")], &image.tag, &["true"]);
+    assert_eq!(out.code(), Some(2), "{}", out.text());
+    assert_log_has(&out.stderr, "unknown user 'app': the image has no /etc/passwd", "a name without passwd");
+}
