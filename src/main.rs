@@ -49,7 +49,7 @@ use event_loop::{Executor, Sources};
 use events::Event;
 use exit::Code;
 use files::{DrainFile, SafeFile};
-use notify::{NotifySocket, Outer, Senders};
+use notify::{Inbox, NotifySocket, Outer, Senders};
 use retry_after::{PrivateDir, RetryAfter};
 use spawn::{Program, Spawner};
 use supervisor::{Settings, Supervisor};
@@ -95,7 +95,7 @@ fn run(args: Vec<OsString>) -> ! {
     };
     logging::init_logger(&config.log_filter);
     for (name, nearest) in &config.unknown_vars {
-        log::warn!("event=unknown_variable name={name} nearest={nearest}");
+        log::warn!("event=unknown_variable name={} nearest={nearest}", events::Val(name));
     }
     // From here on the worker may start: a setup error is a line and an
     // exit code, never a panic.
@@ -152,7 +152,7 @@ fn run(args: Vec<OsString>) -> ! {
         custody: Custody::new(mode, proc_self.is_some()),
         proc_self,
     };
-    let mut sources = Sources { signals, notify, senders, rejected: 0 };
+    let mut sources = Sources { signals, notify: notify.map(|socket| Inbox::new(socket, senders)) };
     let code = event_loop::run(&mut supervisor, &mut exec, &mut sources);
     // drainit exits next: the kernel releases the signalfd, the child's
     // stack and the heap in one go, faster than dropping them one by one.

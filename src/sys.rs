@@ -367,6 +367,15 @@ pub fn unset_env(key: &str) {
     unsafe { std::env::remove_var(key) };
 }
 
+/// Own a descriptor the kernel has just installed in drainit's table from a
+/// received SCM_RIGHTS message: nothing else in drainit knows its number.
+pub fn own_received(fd: std::os::fd::RawFd) -> std::os::fd::OwnedFd {
+    use std::os::fd::FromRawFd;
+    // SAFETY: recvmsg installed fd for this message alone; the caller takes
+    // it once, and nothing else closes or uses it.
+    unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) }
+}
+
 /// What `WATCHDOG_PID` holds in drainit's environment: room for any pid,
 /// which the child writes over with its own (`fill_watchdog_pid`).
 pub const WATCHDOG_PID_SLOT: &str = "0000000000";
@@ -403,11 +412,19 @@ pub fn fill_watchdog_pid() {
         }
         // SAFETY: var is a NUL-terminated string of the environment.
         let bytes = unsafe { std::ffi::CStr::from_ptr(var) }.to_bytes();
-        if bytes.len() == KEY.len() + WATCHDOG_PID_SLOT.len() && bytes.starts_with(KEY) {
+        // Found by its name alone: the child writes its pid and a NUL into
+        // memory it shares with drainit, so after the first spawn the
+        // entry in drainit's own environment is the last child's pid, as
+        // short as it was; matching the slot's length would find nothing
+        // from then on and hand every later attempt a stale pid.
+        if bytes.starts_with(KEY) && bytes.len() <= KEY.len() + WATCHDOG_PID_SLOT.len() {
             let value = var.cast::<u8>().wrapping_add(KEY.len());
             for (i, digit) in digits[..n].iter().rev().enumerate() {
-                // SAFETY: the value's bytes are the slot's, writable (setenv
-                // copied them to the heap), and n <= the slot's length.
+                // SAFETY: the only WATCHDOG_PID entry is the slot main.rs
+                // set (an inherited one was removed first, and drainit never
+                // sets it again): its buffer, writable (setenv copied it to
+                // the heap), holds the slot's length in bytes and a NUL, and
+                // n <= the slot's length.
                 unsafe { *value.add(i) = *digit };
             }
             // SAFETY: as above: within the slot, which ends in its NUL.

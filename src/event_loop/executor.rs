@@ -14,7 +14,7 @@ use crate::procs;
 use crate::retry_after::{PrivateDir, RetryAfter};
 use crate::signals::{SIGKILL, Signo};
 use crate::spawn::{Program, Spawner};
-use crate::supervisor::{Action, Input, Tell};
+use crate::supervisor::{Action, Input};
 use crate::sys;
 
 /// Walks of /proc for one deadline SIGKILL as subreaper, at most.
@@ -118,13 +118,7 @@ impl Executor {
             }
             Action::Tell(tell) => {
                 if let Some(outer) = &self.outer {
-                    match tell {
-                        Tell::Ready => outer.send("READY=1"),
-                        Tell::Reloading => outer.send("RELOADING=1"),
-                        Tell::Stopping => outer.send("STOPPING=1"),
-                        Tell::Watchdog => outer.send("WATCHDOG=1"),
-                        Tell::Status(text) => outer.send(&format!("STATUS={text}")),
-                    }
+                    outer.tell(&tell);
                 }
                 Done::Nothing
             }
