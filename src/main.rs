@@ -151,6 +151,7 @@ fn run(args: Vec<OsString>) -> ! {
         termination_log,
         custody: Custody::new(mode, proc_self.is_some()),
         proc_self,
+        attempt_slot: false,
     };
     let mut sources = Sources { signals, notify: notify.map(|socket| Inbox::new(socket, senders)) };
     let code = event_loop::run(&mut supervisor, &mut exec, &mut sources);

@@ -262,7 +262,12 @@ impl NotifySocket {
     /// then still alive while `each` checks who it is (closed first, it
     /// could exit and be judged gone). Nothing is allocated per datagram
     /// unless it carries descriptors.
-    pub fn drain(&mut self, max: usize, until: Option<Instant>, mut each: impl FnMut(Message<'_>)) -> nix::Result<bool> {
+    pub fn drain(
+        &mut self,
+        max: usize,
+        until: Option<Instant>,
+        mut each: impl FnMut(Message<'_>),
+    ) -> nix::Result<bool> {
         let flags = MsgFlags::MSG_CMSG_CLOEXEC | MsgFlags::MSG_DONTWAIT;
         for _ in 0..max {
             if until.is_some_and(|until| Instant::now() >= until) {
@@ -282,7 +287,9 @@ impl NotifySocket {
                 for cmsg in msg.cmsgs().into_iter().flatten() {
                     match cmsg {
                         ControlMessageOwned::ScmCredentials(cred) => pid = Some(cred.pid()),
-                        ControlMessageOwned::ScmRights(received) => held.extend(received.into_iter().map(sys::own_received)),
+                        ControlMessageOwned::ScmRights(received) => {
+                            held.extend(received.into_iter().map(sys::own_received))
+                        }
                         _ => {}
                     }
                 }
@@ -1056,6 +1063,37 @@ mod tests {
         drop(w);
         assert_eq!(drain_all(&mut socket), vec![Got { pid: me, fds: 253, body: Err(Reject::NulByte) }]);
         assert!(hung_up(&r), "all 253 received copies closed");
+    }
+
+    /// A received descriptor is let go of without waiting: a TCP socket
+    /// with a linger time and unsent data is closed at once, a pipe too
+    /// (the barrier), and what could block in close is kept.
+    #[test]
+    fn release_never_waits() {
+        use std::io::Write;
+        use std::net::{TcpListener, TcpStream};
+        let srv = TcpListener::bind("127.0.0.1:0").unwrap();
+        let c = TcpStream::connect(srv.local_addr().unwrap()).unwrap();
+        setsockopt(&c, sockopt::Linger, &libc::linger { l_onoff: 1, l_linger: 5 }).unwrap();
+        c.set_nonblocking(true).unwrap();
+        let chunk = vec![0u8; 65536];
+        while (&c).write(&chunk).is_ok() {}
+        let mut parked = Vec::new();
+        let t = Instant::now();
+        release(OwnedFd::from(c), &mut parked);
+        assert!(t.elapsed() < Duration::from_secs(2), "waited {:?} in close", t.elapsed());
+        assert!(parked.is_empty(), "a TCP socket is closed");
+        let (r, w) = nix::unistd::pipe2(OFlag::O_CLOEXEC).unwrap();
+        release(w, &mut parked);
+        assert!(hung_up(&r) && parked.is_empty(), "a pipe is closed");
+        release(OwnedFd::from(std::fs::File::open("/proc/self/stat").unwrap()), &mut parked);
+        release(OwnedFd::from(UnixDatagram::pair().unwrap().0), &mut parked);
+        assert_eq!(parked.len(), 2, "a file and an AF_UNIX socket are kept");
+        for _ in 0..PARKED {
+            release(OwnedFd::from(std::fs::File::open("/proc/self/stat").unwrap()), &mut parked);
+        }
+        assert_eq!(parked.len(), PARKED, "at most PARKED kept");
+        drop(srv);
     }
 
     /// The kernel gives the sender's pid in the receiver's PID namespace: a

@@ -64,7 +64,11 @@ impl PrivateDir {
             // a socket (the watchdog and the ready timeout off).
             let socket = template.join(NOTIFY_NAME);
             if socket.as_os_str().len() >= SOCKET_PATH_ROOM {
-                errors.push(format!("{}: too long for a socket's path ({} bytes)", base.display(), socket.as_os_str().len()));
+                errors.push(format!(
+                    "{}: too long for a socket's path ({} bytes)",
+                    base.display(),
+                    socket.as_os_str().len()
+                ));
                 continue;
             }
             match nix::unistd::mkdtemp(&template) {

@@ -64,7 +64,7 @@ per_mode! {
         println!("{mode:?}: {ATTEMPTS} attempts in {:?}; (attempt, fds, rss KiB): {samples:?}", started.elapsed());
         assert_eq!(first.1, last.1, "{mode:?}: descriptors grew: {samples:?}");
         assert!(first.1 > 0 && first.2 > 0, "{mode:?}: {samples:?}");
-        assert!(last.2 <= first.2 + 64, "{mode:?}: RSS grew by more than 64 KiB: {samples:?}");
+        assert!(last.2 <= first.2 + 16, "{mode:?}: RSS grew by more than 16 KiB: {samples:?}");
     }
 }
 

@@ -55,6 +55,9 @@ pub struct Executor {
     pub custody: Custody,
     /// Our pid as /proc names it, when /proc belongs to our PID namespace.
     pub proc_self: Option<i32>,
+    /// DRAINIT_ATTEMPT is a number slot (`sys::fill_number`) in drainit's
+    /// environment.
+    pub attempt_slot: bool,
 }
 
 impl Executor {
@@ -62,7 +65,11 @@ impl Executor {
         match action {
             Action::Spawn { attempt } => {
                 self.retry_after.clear_before(attempt);
-                sys::set_env(ATTEMPT_VAR, attempt.to_string().as_ref());
+                if !self.attempt_slot {
+                    sys::set_env(ATTEMPT_VAR, sys::NUMBER_SLOT.as_ref());
+                    self.attempt_slot = true;
+                }
+                sys::fill_number(b"DRAINIT_ATTEMPT=", attempt);
                 self.spawn(false)
             }
             Action::SpawnFinish(record) => {
@@ -75,6 +82,8 @@ impl Executor {
                 for (key, value) in record.finish_vars() {
                     sys::set_env(key, value.as_ref());
                 }
+                // DRAINIT_ATTEMPT is the finish program's value now.
+                self.attempt_slot = false;
                 self.spawn(true)
             }
             Action::Forward(sig) => {
