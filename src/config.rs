@@ -546,9 +546,11 @@ fn parse_all(args: Vec<OsString>) -> Result<Config, Halt> {
     let duration = |id: &str, default: Duration| -> Result<(Duration, String), Halt> {
         Ok(given(id)?.unwrap_or_else(|| (default, duration::show(default))))
     };
-    let above_zero = |id: &str| -> Result<Option<Duration>, Halt> {
+    // 1 ms at least: below it the timer could never be met (0 µs told to
+    // the worker) or would fire on every turn.
+    let at_least_1ms = |id: &str| -> Result<Option<Duration>, Halt> {
         match given(id)? {
-            Some((d, text)) if d.is_zero() => Err(invalid(id, &text, "must be more than 0")),
+            Some((d, text)) if d < Duration::from_millis(1) => Err(invalid(id, &text, "must be at least 1ms")),
             other => Ok(other.map(|(d, _)| d)),
         }
     };
@@ -635,8 +637,8 @@ fn parse_all(args: Vec<OsString>) -> Result<Config, Halt> {
         None => Some(PathBuf::from(TERMINATION_LOG)),
     };
 
-    let watchdog = above_zero("watchdog")?;
-    let ready_timeout = above_zero("ready_timeout")?;
+    let watchdog = at_least_1ms("watchdog")?;
+    let ready_timeout = at_least_1ms("ready_timeout")?;
     let ready_file = path("ready_file")?.map(PathBuf::from);
     let watchdog_signal_text = one("watchdog_signal")?;
     let watchdog_signal_given = watchdog_signal_text.is_some();
@@ -1069,6 +1071,9 @@ mod tests {
             &["--watchdog", "0s", "true"],
             &["--ready-timeout", "0ms", "true"],
             &["--ready-timeout", "-1s", "true"],
+            &["--watchdog", "1ns", "true"],
+            &["--watchdog", "999us", "true"],
+            &["--ready-timeout", "999999ns", "true"],
             &["--watchdog-signal", "0", "true"],
             &["--watchdog-signal", "SIGNOPE", "true"],
             &["--watchdog-signal", "65", "true"],

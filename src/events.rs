@@ -242,6 +242,11 @@ impl fmt::Display for Val<'_> {
                 '"' => f.write_str("\\\"")?,
                 '\\' => f.write_str("\\\\")?,
                 '\n' => f.write_str("\\n")?,
+                '\t' => f.write_str("\\t")?,
+                // ESC, BEL, CR, DEL, C1 (U+0080..U+009F, CSI among them):
+                // a terminal would act on them; a worker's STATUS= could
+                // erase or forge lines.
+                c if c.is_control() => write!(f, "\\x{:02x}", u32::from(c))?,
                 c => write!(f, "{c}")?,
             }
         }

@@ -54,7 +54,7 @@ use event_loop::{Executor, Sources};
 use events::Event;
 use exit::Code;
 use files::{DrainFile, SafeFile};
-use notify::{NotifySocket, Outer, Senders};
+use notify::{Inbox, NotifySocket, Outer, Senders};
 use retry_after::{PrivateDir, RetryAfter};
 use spawn::{Program, Spawner};
 use supervisor::{Settings, Supervisor};
@@ -100,7 +100,7 @@ fn run(args: Vec<OsString>) -> ! {
     };
     logging::init_logger(&config.log_filter);
     for (name, nearest) in &config.unknown_vars {
-        log::warn!("event=unknown_variable name={name} nearest={nearest}");
+        log::warn!("event=unknown_variable name={} nearest={nearest}", events::Val(name));
     }
     // From here on the worker may start: a setup error is a line and an
     // exit code, never a panic.
@@ -177,8 +177,9 @@ fn run(args: Vec<OsString>) -> ! {
         usage,
         state,
         swept: None,
+        attempt_slot: false,
     };
-    let mut sources = Sources { signals, notify, senders, rejected: 0, memory: counter };
+    let mut sources = Sources { signals, notify: notify.map(|socket| Inbox::new(socket, senders)), memory: counter };
     let code = event_loop::run(&mut supervisor, &mut exec, &mut sources);
     // drainit exits next: the kernel releases the signalfd, the child's
     // stack and the heap in one go, faster than dropping them one by one.

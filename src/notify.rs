@@ -17,15 +17,18 @@ use std::io::IoSliceMut;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
+use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
-use nix::fcntl::{AT_FDCWD, OFlag, openat};
+use nix::fcntl::{AT_FDCWD, FcntlArg, OFlag, fcntl, openat};
 use nix::sys::socket::{
-    AddressFamily, ControlMessageOwned, MsgFlags, SockFlag, SockType, UnixAddr, bind, recvmsg, sendto, setsockopt,
-    socket, sockopt,
+    AddressFamily, ControlMessageOwned, MsgFlags, SockFlag, SockType, SockaddrLike, SockaddrStorage, UnixAddr, bind,
+    getsockname, recvmsg, sendto, setsockopt, socket, sockopt,
 };
 use nix::sys::stat::Mode;
 
+use crate::events::{Event, Val};
+use crate::supervisor::{Note, Tell};
 use crate::sys;
 
 /// The longest message: systemd's NOTIFY_BUFFER_MAX, which clients keep to.
@@ -36,8 +39,27 @@ pub const MAX_MESSAGE: usize = 4096;
 /// cut it (MSG_CTRUNC): every descriptor sent reaches drainit, to be closed.
 const CONTROL: usize = 2048;
 
-/// How far up the parent chain a sender is followed before it is refused.
-const MAX_DEPTH: usize = 4096;
+/// How far up the parent chain a sender is followed before it is refused:
+/// one /proc read per level, so this caps what one message can cost.
+const MAX_DEPTH: usize = 1024;
+
+/// Senders (and their ancestors) found to be drainit's descendants, kept so
+/// that a sender's next message costs one /proc read, not one per level.
+const KNOWN: usize = 256;
+
+/// Received descriptors kept open (see `release`), at most.
+const PARKED: usize = 256;
+
+/// The smallest watchdog interval a worker may set: a smaller one counts
+/// as this (the contract's floor; 0 µs would never expire, 1 µs would
+/// expire on every turn).
+pub const MIN_INTERVAL: Duration = Duration::from_millis(1);
+
+/// How long past the next deadline (or past its own start, when that was
+/// later) a batch of messages may go on: time enough for a ping that waits
+/// behind others to be read in the turn its watchdog comes due, never
+/// enough to hold the deadline.
+const PAST_DEADLINE: Duration = Duration::from_millis(5);
 
 /// One assignment of a message, as the contract reads it; what it ignores
 /// is `Other`.
@@ -179,13 +201,13 @@ pub struct Message<'a> {
     #[allow(dead_code, reason = "read by the tests; the loop only closes them")]
     pub fds: usize,
     /// Its assignments, or why it is dropped. The sender is not checked
-    /// here: see `check_sender`.
+    /// here: see `may_notify`.
     pub body: Result<Assignments<'a>, Reject>,
 }
 
 impl<'a> Message<'a> {
     /// Its assignments, if its sender may notify (`may` judges a pid, as
-    /// `check_sender`). The message's own faults come first: they need no
+    /// `may_notify`). The message's own faults come first: they need no
     /// /proc, and a sender that sent a bad message and exited is told by
     /// what was wrong with it, not by its absence.
     pub fn judged(self, may: impl FnOnce(i32) -> Result<(), Reject>) -> Result<Assignments<'a>, Reject> {
@@ -204,6 +226,8 @@ pub struct NotifySocket {
     /// MAX_MESSAGE bytes from a longer one.
     data: Box<[u8; MAX_MESSAGE + 1]>,
     control: Box<Control>,
+    /// Received descriptors whose close could block (see `release`).
+    parked: Vec<OwnedFd>,
 }
 
 /// The control buffer, aligned for the cmsghdr the kernel writes into it.
@@ -219,21 +243,36 @@ impl NotifySocket {
             socket(AddressFamily::Unix, SockType::Datagram, SockFlag::SOCK_NONBLOCK | SockFlag::SOCK_CLOEXEC, None)?;
         setsockopt(&fd, sockopt::PassCred, &true)?;
         bind(fd.as_raw_fd(), &UnixAddr::new(path)?)?;
-        Ok(NotifySocket { fd, data: Box::new([0; MAX_MESSAGE + 1]), control: Box::new(Control([0; CONTROL])) })
+        Ok(NotifySocket {
+            fd,
+            data: Box::new([0; MAX_MESSAGE + 1]),
+            control: Box::new(Control([0; CONTROL])),
+            parked: Vec::new(),
+        })
     }
 
-    /// Read every waiting datagram, at most `max`, calling `each` for every
-    /// one in the order they came. Returns whether it stopped at `max` (more
-    /// may be waiting: a sender that floods the socket cannot hold the loop).
-    /// Descriptors arrive close-on-exec (MSG_CMSG_CLOEXEC: none reaches a
-    /// child, even for a moment) and are closed right after `each` returns,
-    /// which answers a sender's `BARRIER=1`. Not before: a sender waiting on
-    /// its barrier is then still alive while `each` checks who it is (closed
-    /// first, it could exit and be judged gone). Nothing is allocated per
-    /// datagram unless it carries descriptors.
-    pub fn drain(&mut self, max: usize, mut each: impl FnMut(Message<'_>)) -> nix::Result<bool> {
+    /// Read every waiting datagram, at most `max`, and none once `until` has
+    /// passed (judged between messages), calling `each` for every one in
+    /// the order they came. Returns whether it stopped early (more may be
+    /// waiting: a sender that floods the socket cannot hold the loop from
+    /// its next deadline). Descriptors arrive close-on-exec
+    /// (MSG_CMSG_CLOEXEC: none reaches a child, even for a moment) and are
+    /// released (`release`) right after `each` returns, which answers a
+    /// sender's `BARRIER=1`. Not before: a sender waiting on its barrier is
+    /// then still alive while `each` checks who it is (closed first, it
+    /// could exit and be judged gone). Nothing is allocated per datagram
+    /// unless it carries descriptors.
+    pub fn drain(
+        &mut self,
+        max: usize,
+        until: Option<Instant>,
+        mut each: impl FnMut(Message<'_>),
+    ) -> nix::Result<bool> {
         let flags = MsgFlags::MSG_CMSG_CLOEXEC | MsgFlags::MSG_DONTWAIT;
         for _ in 0..max {
+            if until.is_some_and(|until| Instant::now() >= until) {
+                return Ok(true);
+            }
             let mut held = Vec::new();
             let (len, got, pid) = {
                 let mut iov = [IoSliceMut::new(&mut self.data[..])];
@@ -248,7 +287,9 @@ impl NotifySocket {
                 for cmsg in msg.cmsgs().into_iter().flatten() {
                     match cmsg {
                         ControlMessageOwned::ScmCredentials(cred) => pid = Some(cred.pid()),
-                        ControlMessageOwned::ScmRights(received) => held.extend(received),
+                        ControlMessageOwned::ScmRights(received) => {
+                            held.extend(received.into_iter().map(sys::own_received))
+                        }
                         _ => {}
                     }
                 }
@@ -265,11 +306,44 @@ impl NotifySocket {
             };
             each(Message { pid, fds: held.len(), body });
             for fd in held {
-                // Closed whatever close reports (EINTR too, on Linux).
-                let _ = nix::unistd::close(fd);
+                release(fd, &mut self.parked);
             }
         }
         Ok(true)
+    }
+}
+
+/// Let go of a descriptor a sender handed drainit, without ever blocking.
+/// A close runs the file's flush and, for the last reference, its release,
+/// in drainit, signals blocked: a TCP socket with `SO_LINGER` and unsent
+/// data waits out its linger time there, a FUSE file waits for its daemon's
+/// answer to FLUSH (the daemon may be the worker, which never answers), an
+/// NFS file for its server. So:
+/// - a pipe is closed at once (no flush; its release frees pages): the
+///   barrier's pipe among them;
+/// - a socket other than AF_UNIX has its linger turned off first, then is
+///   closed: the kernel sends what is left in the background, as for any
+///   socket without a linger time;
+/// - anything else (files, directories, devices, AF_UNIX sockets, whose
+///   queues may carry more descriptors, lingering sockets among them,
+///   released in the closer's context) is kept open, close-on-exec, until
+///   drainit exits, when everything it answers for is gone (a FUSE daemon
+///   among them, whose files then fail at once). At most PARKED are kept;
+///   past that, they are closed: a worker would need to hand over that many
+///   descriptors it can make block, and the kept ones cannot exhaust
+///   drainit's own descriptors (spawns, /proc).
+fn release(fd: OwnedFd, parked: &mut Vec<OwnedFd>) {
+    if fcntl(fd.as_fd(), FcntlArg::F_GETPIPE_SZ).is_ok() {
+        return drop(fd);
+    }
+    if let Ok(addr) = getsockname::<SockaddrStorage>(fd.as_raw_fd())
+        && addr.family() != Some(AddressFamily::Unix)
+        && setsockopt(&fd, sockopt::Linger, &libc::linger { l_onoff: 0, l_linger: 0 }).is_ok()
+    {
+        return drop(fd);
+    }
+    if parked.len() < PARKED {
+        parked.push(fd);
     }
 }
 
@@ -292,14 +366,56 @@ pub enum Senders {
     Descendants { me: i32, proc_is_ours: bool },
 }
 
+/// What /proc says of a process.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Proc {
+    /// Its parent, and its start time (with its pid, who it is: a pid
+    /// reused by another process starts later).
+    Is { parent: i32, start: u64 },
+    /// No such process.
+    Gone,
+    /// Its entry could not be read (out of descriptors or memory).
+    Unreadable,
+}
+
+/// Processes found to be drainit's descendants, by pid and start time. A
+/// descendant stays one until it exits (an orphan is adopted by its nearest
+/// subreaper ancestor: drainit or one of its own descendants), and its pid
+/// with its start time is never another's. A ring: the oldest goes first.
+#[derive(Clone, Debug, Default)]
+pub struct Known {
+    ring: Vec<(i32, u64)>,
+    next: usize,
+}
+
+impl Known {
+    fn has(&self, pid: i32, start: u64) -> bool {
+        self.ring.contains(&(pid, start))
+    }
+
+    fn add(&mut self, pid: i32, start: u64) {
+        if self.has(pid, start) {
+            return;
+        }
+        if self.ring.len() < KNOWN {
+            self.ring.push((pid, start));
+        } else {
+            self.ring[self.next] = (pid, start);
+            self.next = (self.next + 1) % KNOWN;
+        }
+    }
+}
+
 /// Whether the process with credential pid `pid` may notify, `worker` being
-/// the current worker's pid and `parent_of` a process's parent (None: gone
-/// or unreadable). Pure: `check_sender` hands it /proc.
+/// the current worker's pid and `read` what /proc says of a process. Pure:
+/// `Inbox` hands it /proc. A sender met before costs one read; a new one
+/// at most two walks of MAX_DEPTH reads, and the chain it proves is kept.
 pub fn may_notify(
     senders: Senders,
     worker: Option<i32>,
     pid: i32,
-    mut parent_of: impl FnMut(i32) -> Option<i32>,
+    known: &mut Known,
+    mut read: impl FnMut(i32) -> Proc,
 ) -> Result<(), Reject> {
     if pid <= 0 {
         return Err(Reject::OutsideNamespace);
@@ -313,52 +429,165 @@ pub fn may_notify(
     // A process in the middle of the chain may exit while it is read: its
     // children then belong to drainit (the subreaper), so one more walk
     // from the start sees them as drainit's.
+    // The sender and its nearest ancestors, remembered once proven.
+    let mut chain = [(0, 0); 16];
     for _ in 0..2 {
         let mut at = pid;
+        let mut seen = 0;
         for _ in 0..MAX_DEPTH {
-            match parent_of(at) {
-                None if at == pid => return Err(Reject::SenderGone),
-                None => break,
-                Some(parent) if parent == me => return Ok(()),
-                Some(parent) if parent <= 1 => return Err(Reject::NotDescendant),
-                Some(parent) => at = parent,
+            let (parent, start) = match read(at) {
+                Proc::Is { parent, start } => (parent, start),
+                Proc::Unreadable => return Err(Reject::Unverifiable),
+                Proc::Gone if at == pid => return Err(Reject::SenderGone),
+                Proc::Gone => break,
+            };
+            if seen < chain.len() {
+                chain[seen] = (at, start);
+                seen += 1;
             }
+            if known.has(at, start) || parent == me {
+                chain[..seen].iter().for_each(|&(p, s)| known.add(p, s));
+                return Ok(());
+            }
+            if parent <= 1 {
+                return Err(Reject::NotDescendant);
+            }
+            at = parent;
         }
     }
     Err(Reject::NotDescendant)
 }
 
-/// `may_notify`, with parents read from /proc.
-pub fn check_sender(senders: Senders, worker: Option<i32>, pid: i32) -> Result<(), Reject> {
-    may_notify(senders, worker, pid, parent_pid)
-}
-
-/// The parent of `pid`, from /proc/PID/stat, without allocating (a sender
-/// may ping every few milliseconds).
-fn parent_pid(pid: i32) -> Option<i32> {
+/// What /proc/PID/stat says of `pid`, without allocating (a sender may ping
+/// every few milliseconds). `spare` is a descriptor held for this read:
+/// when drainit has none left (a message's descriptors may fill its
+/// table), it is given up for the moment of the read, so that a live
+/// sender is not judged gone for want of a descriptor.
+fn read_proc(pid: i32, spare: &mut Option<OwnedFd>) -> Proc {
     let mut path = [0u8; 32];
     let room = {
         let mut rest = &mut path[..];
-        std::io::Write::write_fmt(&mut rest, format_args!("/proc/{pid}/stat")).ok()?;
+        if std::io::Write::write_fmt(&mut rest, format_args!("/proc/{pid}/stat")).is_err() {
+            return Proc::Gone;
+        }
         rest.len()
     };
     // The path ends in a NUL when it left room for one (the buffer is zeroed).
-    let path = CStr::from_bytes_until_nul(&path).ok().filter(|_| room > 0)?;
-    let fd = openat(AT_FDCWD, path, OFlag::O_RDONLY | OFlag::O_CLOEXEC, Mode::empty()).ok()?;
-    // The parent comes within the first hundred bytes; a read cut short
-    // still holds the command name's closing parenthesis (what follows it
-    // is numbers).
-    let mut buf = [0u8; 512];
-    let n = nix::unistd::read(&fd, &mut buf).ok()?;
-    stat_parent(&buf[..n])
+    let Some(path) = CStr::from_bytes_until_nul(&path).ok().filter(|_| room > 0) else { return Proc::Gone };
+    let open = || openat(AT_FDCWD, path, OFlag::O_RDONLY | OFlag::O_CLOEXEC, Mode::empty());
+    let fd = match open() {
+        Err(Errno::EMFILE | Errno::ENFILE) if spare.is_some() => {
+            drop(spare.take());
+            let fd = open();
+            *spare = spare_fd();
+            fd
+        }
+        other => other,
+    };
+    let fd = match fd {
+        Ok(fd) => fd,
+        Err(Errno::ENOENT | Errno::ESRCH) => return Proc::Gone,
+        Err(_) => return Proc::Unreadable,
+    };
+    // What is needed comes within the first few hundred bytes (the command
+    // name is at most 64); a read cut short still holds the command name's
+    // closing parenthesis (what follows it is numbers).
+    let mut buf = [0u8; 1024];
+    match nix::unistd::read(&fd, &mut buf) {
+        Ok(n) => stat_fields(&buf[..n]).map_or(Proc::Gone, |(parent, start)| Proc::Is { parent, start }),
+        Err(Errno::ESRCH) => Proc::Gone,
+        Err(_) => Proc::Unreadable,
+    }
 }
 
-/// The ppid field of a /proc/PID/stat line ("pid (comm) state ppid ...");
-/// comm may hold spaces and parentheses, so read after the last ')'.
-fn stat_parent(stat: &[u8]) -> Option<i32> {
+/// A descriptor kept in reserve for `read_proc`.
+fn spare_fd() -> Option<OwnedFd> {
+    openat(AT_FDCWD, c"/", OFlag::O_PATH | OFlag::O_CLOEXEC, Mode::empty()).ok()
+}
+
+/// The parent of `pid`, as `read_proc` finds it.
+#[cfg(test)]
+fn parent_pid(pid: i32) -> Option<i32> {
+    match read_proc(pid, &mut None) {
+        Proc::Is { parent, .. } => Some(parent),
+        _ => None,
+    }
+}
+
+/// The ppid and starttime fields of a /proc/PID/stat line ("pid (comm)
+/// state ppid ... starttime ..."); comm may hold spaces and parentheses, so
+/// read after the last ')'.
+fn stat_fields(stat: &[u8]) -> Option<(i32, u64)> {
     let close = stat.iter().rposition(|&b| b == b')')?;
     let after = std::str::from_utf8(&stat[close + 1..]).ok()?;
-    after.split_ascii_whitespace().nth(1)?.parse().ok()
+    let mut fields = after.split_ascii_whitespace();
+    let parent = fields.nth(1)?.parse().ok()?;
+    // starttime is field 22; state (3) is the first after the name.
+    let start = fields.nth(22 - 5)?.parse().ok()?;
+    Some((parent, start))
+}
+
+/// drainit's end of the worker's notify socket as the event loop meets it:
+/// the socket, who may send, what each message means to the supervisor,
+/// and how many were dropped.
+pub struct Inbox {
+    socket: NotifySocket,
+    senders: Senders,
+    known: Known,
+    spare: Option<OwnedFd>,
+    /// Messages dropped so far: the first is a warning, the rest debug.
+    rejected: u64,
+}
+
+impl Inbox {
+    pub fn new(socket: NotifySocket, senders: Senders) -> Inbox {
+        Inbox { socket, senders, known: Known::default(), spare: spare_fd(), rejected: 0 }
+    }
+
+    /// The waiting messages, from processes drainit answers for (`worker`:
+    /// the current group's leader), as notes for the supervisor, at most
+    /// `max`. The batch ends a little past `deadline` (the supervisor's
+    /// next), judged between messages: whatever senders do, the deadline
+    /// is judged on time.
+    pub fn notes(&mut self, worker: Option<i32>, max: usize, deadline: Option<Instant>, each: &mut dyn FnMut(Note)) {
+        let until = deadline.map(|d| d.max(Instant::now()) + PAST_DEADLINE);
+        let Inbox { socket, senders, known, spare, rejected } = self;
+        let read = socket.drain(max, until, |message| {
+            let pid = message.pid;
+            let checked = message.judged(|pid| may_notify(*senders, worker, pid, known, |p| read_proc(p, spare)));
+            match checked {
+                Ok(assignments) => assignments.filter_map(note).for_each(&mut *each),
+                Err(why) => {
+                    Event::NotifyRejected { pid, reason: why.reason(), first: *rejected == 0 }.emit();
+                    *rejected += 1;
+                }
+            }
+        });
+        if let Err(e) = read {
+            Event::LoopError { what: "recvmsg", error: e.desc().to_string() }.emit();
+        }
+    }
+}
+
+impl AsFd for Inbox {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.socket.as_fd()
+    }
+}
+
+/// What an assignment says to the supervisor, if anything.
+fn note(assignment: Assignment<'_>) -> Option<Note> {
+    Some(match assignment {
+        Assignment::Ready => Note::Ready,
+        Assignment::Reloading => Note::Reloading,
+        Assignment::Stopping => Note::Stopping,
+        Assignment::Watchdog => Note::Ping,
+        Assignment::WatchdogTrigger => Note::Trigger,
+        Assignment::WatchdogUsec(n) => Note::Interval(Duration::from_micros(n).max(MIN_INTERVAL)),
+        Assignment::ExtendTimeoutUsec(n) => Note::Extend(Duration::from_micros(n)),
+        Assignment::Status(text) => Note::Status(text.to_string()),
+        Assignment::Barrier | Assignment::Other => return None,
+    })
 }
 
 /// The address a `NOTIFY_SOCKET` value names: an absolute path, or `@name`
@@ -391,8 +620,8 @@ impl Outer {
         sys::unset_env("NOTIFY_SOCKET");
         let Some(addr) = address(&value) else {
             log::warn!(
-                "event=outer_notify_unusable socket={:?} error=\"neither an absolute path nor @abstract\"",
-                value.to_string_lossy()
+                "event=outer_notify_unusable socket={} error=\"neither an absolute path nor @abstract\"",
+                Val(&value.to_string_lossy())
             );
             return None;
         };
@@ -400,9 +629,20 @@ impl Outer {
         match socket(AddressFamily::Unix, SockType::Datagram, flags, None) {
             Ok(fd) => Some(Outer { fd, addr, failed: std::cell::Cell::new(false) }),
             Err(e) => {
-                log::warn!("event=outer_notify_unusable socket={:?} error={:?}", value.to_string_lossy(), e.desc());
+                log::warn!("event=outer_notify_unusable socket={} error={:?}", Val(&value.to_string_lossy()), e.desc());
                 None
             }
+        }
+    }
+
+    /// Tell the outer socket what the supervisor says it must hear.
+    pub fn tell(&self, tell: &Tell) {
+        match tell {
+            Tell::Ready => self.send("READY=1"),
+            Tell::Reloading => self.send("RELOADING=1"),
+            Tell::Stopping => self.send("STOPPING=1"),
+            Tell::Watchdog => self.send("WATCHDOG=1"),
+            Tell::Status(text) => self.send(&format!("STATUS={text}")),
         }
     }
 
@@ -600,20 +840,21 @@ mod tests {
     /// pid -> parent, for a tree: 100 (drainit) > 200 (worker) > 300 > 400;
     /// 100 > 250 (another child of drainit); 1 > 50 > 60 (strangers);
     /// 400's parent is unreadable when `gone` holds it.
-    fn tree(gone: &'static [i32]) -> impl FnMut(i32) -> Option<i32> {
+    fn tree(gone: &'static [i32]) -> impl FnMut(i32) -> Proc {
         move |pid| {
             if gone.contains(&pid) {
-                return None;
+                return Proc::Gone;
             }
-            match pid {
-                100 => Some(1),
-                200 | 250 => Some(ME),
-                300 => Some(200),
-                400 => Some(300),
-                50 => Some(1),
-                60 => Some(50),
-                _ => None,
-            }
+            let parent = match pid {
+                100 => 1,
+                200 | 250 => ME,
+                300 => 200,
+                400 => 300,
+                50 => 1,
+                60 => 50,
+                _ => return Proc::Gone,
+            };
+            Proc::Is { parent, start: 7 }
         }
     }
 
@@ -640,7 +881,12 @@ mod tests {
             (foreign, Some(200), 400, &[], Err(Reject::Unverifiable)),
             (foreign, Some(200), 0, &[], Err(Reject::OutsideNamespace)),
         ] {
-            assert_eq!(may_notify(senders, worker, pid, tree(gone)), want, "{senders:?} worker={worker:?} pid={pid}");
+            let mut known = Known::default();
+            assert_eq!(
+                may_notify(senders, worker, pid, &mut known, tree(gone)),
+                want,
+                "{senders:?} worker={worker:?} pid={pid}"
+            );
         }
     }
 
@@ -651,25 +897,28 @@ mod tests {
         let parent_of = |pid| match pid {
             400 => {
                 reads += 1;
-                Some(if reads == 1 { 300 } else { ME })
+                Proc::Is { parent: if reads == 1 { 300 } else { ME }, start: 1 }
             }
-            _ => None,
+            _ => Proc::Gone,
         };
         let sub = Senders::Descendants { me: ME, proc_is_ours: true };
-        assert_eq!(may_notify(sub, Some(200), 400, parent_of), Ok(()));
+        assert_eq!(may_notify(sub, Some(200), 400, &mut Known::default(), parent_of), Ok(()));
     }
 
     #[test]
     fn a_parent_cycle_ends() {
         let sub = Senders::Descendants { me: ME, proc_is_ours: true };
-        assert_eq!(may_notify(sub, None, 7, |pid| Some(if pid == 7 { 8 } else { 7 })), Err(Reject::NotDescendant));
+        let cycle = |pid| Proc::Is { parent: if pid == 7 { 8 } else { 7 }, start: 0 };
+        assert_eq!(may_notify(sub, None, 7, &mut Known::default(), cycle), Err(Reject::NotDescendant));
     }
 
     #[test]
     fn stat_lines() {
-        assert_eq!(stat_parent(b"42 (sh) S 7 42 42 0 -1"), Some(7));
-        assert_eq!(stat_parent(b"42 (a) b) (c) R 9 1"), Some(9));
-        assert_eq!(stat_parent(b"42 (x"), None);
+        let tail = "0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 5555 1000 1";
+        assert_eq!(stat_fields(format!("42 (sh) S 7 42 42 {tail}").as_bytes()), Some((7, 5555)));
+        assert_eq!(stat_fields(format!("42 (a) b) (c) R 9 1 1 {tail}").as_bytes()), Some((9, 5555)));
+        assert_eq!(stat_fields(b"42 (sh) S 7 42 42"), None, "cut before starttime");
+        assert_eq!(stat_fields(b"42 (x"), None);
         let me = std::process::id() as i32;
         assert_eq!(parent_pid(me), Some(nix::unistd::getppid().as_raw()));
         assert_eq!(parent_pid(i32::MAX), None);
@@ -681,8 +930,9 @@ mod tests {
         let me = std::process::id() as i32;
         let sub = Senders::Descendants { me, proc_is_ours: true };
         let kid = child.id() as i32;
-        let got = check_sender(sub, None, kid);
-        let stranger = check_sender(sub, None, nix::unistd::getppid().as_raw());
+        let check = |pid| may_notify(sub, None, pid, &mut Known::default(), |p| read_proc(p, &mut None));
+        let got = check(kid);
+        let stranger = check(nix::unistd::getppid().as_raw());
         child.kill().unwrap();
         child.wait().unwrap();
         assert_eq!(got, Ok(()));
@@ -747,7 +997,7 @@ mod tests {
     fn drain_all(socket: &mut NotifySocket) -> Vec<Got> {
         let mut got = Vec::new();
         let more = socket
-            .drain(64, |m| {
+            .drain(64, None, |m| {
                 let body = m.body.map(|a| a.map(|a| format!("{a:?}")).collect());
                 got.push(Got { pid: m.pid, fds: m.fds, body });
             })
@@ -802,7 +1052,7 @@ mod tests {
         drop(w);
         assert!(!hung_up(&r), "the queued message holds the write end");
         let mut open_while_judged = None;
-        socket.drain(64, |m| open_while_judged = Some((m.fds, hung_up(&r)))).unwrap();
+        socket.drain(64, None, |m| open_while_judged = Some((m.fds, hung_up(&r)))).unwrap();
         assert_eq!(open_while_judged, Some((1, false)), "the sender still waits while its message is judged");
         assert!(hung_up(&r), "drain closed the write end it received");
 
@@ -813,6 +1063,37 @@ mod tests {
         drop(w);
         assert_eq!(drain_all(&mut socket), vec![Got { pid: me, fds: 253, body: Err(Reject::NulByte) }]);
         assert!(hung_up(&r), "all 253 received copies closed");
+    }
+
+    /// A received descriptor is let go of without waiting: a TCP socket
+    /// with a linger time and unsent data is closed at once, a pipe too
+    /// (the barrier), and what could block in close is kept.
+    #[test]
+    fn release_never_waits() {
+        use std::io::Write;
+        use std::net::{TcpListener, TcpStream};
+        let srv = TcpListener::bind("127.0.0.1:0").unwrap();
+        let c = TcpStream::connect(srv.local_addr().unwrap()).unwrap();
+        setsockopt(&c, sockopt::Linger, &libc::linger { l_onoff: 1, l_linger: 5 }).unwrap();
+        c.set_nonblocking(true).unwrap();
+        let chunk = vec![0u8; 65536];
+        while (&c).write(&chunk).is_ok() {}
+        let mut parked = Vec::new();
+        let t = Instant::now();
+        release(OwnedFd::from(c), &mut parked);
+        assert!(t.elapsed() < Duration::from_secs(2), "waited {:?} in close", t.elapsed());
+        assert!(parked.is_empty(), "a TCP socket is closed");
+        let (r, w) = nix::unistd::pipe2(OFlag::O_CLOEXEC).unwrap();
+        release(w, &mut parked);
+        assert!(hung_up(&r) && parked.is_empty(), "a pipe is closed");
+        release(OwnedFd::from(std::fs::File::open("/proc/self/stat").unwrap()), &mut parked);
+        release(OwnedFd::from(UnixDatagram::pair().unwrap().0), &mut parked);
+        assert_eq!(parked.len(), 2, "a file and an AF_UNIX socket are kept");
+        for _ in 0..PARKED {
+            release(OwnedFd::from(std::fs::File::open("/proc/self/stat").unwrap()), &mut parked);
+        }
+        assert_eq!(parked.len(), PARKED, "at most PARKED kept");
+        drop(srv);
     }
 
     /// The kernel gives the sender's pid in the receiver's PID namespace: a
@@ -836,7 +1117,7 @@ mod tests {
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
         let mut got = None;
         socket
-            .drain(8, |m| {
+            .drain(8, None, |m| {
                 let status = m.body.unwrap().next();
                 got = Some((m.pid, status.map(|s| format!("{s:?}"))));
             })
@@ -867,8 +1148,8 @@ mod tests {
             tx.send_to(b"WATCHDOG=1", &path).unwrap();
         }
         let mut n = 0;
-        assert!(socket.drain(2, |_| n += 1).unwrap(), "stopped at max");
-        assert!(!socket.drain(2, |_| n += 1).unwrap(), "emptied");
+        assert!(socket.drain(2, None, |_| n += 1).unwrap(), "stopped at max");
+        assert!(!socket.drain(2, None, |_| n += 1).unwrap(), "emptied");
         assert_eq!(n, 3);
     }
 

@@ -39,6 +39,9 @@ pub const RETRY_AFTER_NAME: &str = "retry-after";
 pub const NOTIFY_NAME: &str = "notify";
 const OWN_NAMES: [&str; 2] = [RETRY_AFTER_NAME, NOTIFY_NAME];
 
+/// sun_path's size: a socket's path, its NUL included, fits in it.
+const SOCKET_PATH_ROOM: usize = 108;
+
 /// drainit's private directory: made once, removed at exit.
 #[derive(Debug)]
 pub struct PrivateDir(PathBuf);
@@ -54,7 +57,21 @@ impl PrivateDir {
         });
         let bases = tmpdir.into_iter().chain(["/dev/shm", "/tmp"].map(PathBuf::from));
         for base in bases {
-            match nix::unistd::mkdtemp(&base.join("drainit-XXXXXX")) {
+            let template = base.join("drainit-XXXXXX");
+            // The notify socket's path must fit a socket address (108 bytes
+            // with its NUL): a base too long for it is passed over, as one
+            // that is not writable, rather than leaving the worker without
+            // a socket (the watchdog and the ready timeout off).
+            let socket = template.join(NOTIFY_NAME);
+            if socket.as_os_str().len() >= SOCKET_PATH_ROOM {
+                errors.push(format!(
+                    "{}: too long for a socket's path ({} bytes)",
+                    base.display(),
+                    socket.as_os_str().len()
+                ));
+                continue;
+            }
+            match nix::unistd::mkdtemp(&template) {
                 Ok(dir) => return Ok(PrivateDir(dir)),
                 Err(e) => errors.push(format!("{}: {}", base.display(), e.desc())),
             }

@@ -677,6 +677,8 @@ impl Supervisor {
                 }
                 if self.settings.outer {
                     out.push(Action::Tell(Tell::Reloading));
+                    // The outer socket's supervisor now waits for READY=1 again.
+                    self.told_ready = false;
                 }
             }
             Note::Stopping if running.is_some() => {
@@ -2127,7 +2129,13 @@ mod tests {
         assert_eq!(st.feed(10, note(Note::Ready)), ["log ready", "ready_file", "tell Ready"]);
         assert_eq!(st.feed(20, note(Note::Ping)), ["tell Watchdog"]);
         assert_eq!(st.feed(30, note(Note::Reloading)), ["ready_file_gone", "log not_ready", "tell Reloading"]);
-        assert_eq!(st.feed(40, note(Note::Ready)), ["log ready", "ready_file"], "READY=1 only the first time");
+        assert_eq!(
+            st.feed(40, note(Note::Ready)),
+            ["log ready", "ready_file", "tell Ready"],
+            "again after RELOADING=1"
+        );
+        st.feed(45, note(Note::Ping));
+        assert_eq!(st.feed(46, note(Note::Ready)), Vec::<String>::new(), "but not twice in a row");
         assert_eq!(st.feed(50, note(Note::Status("a".into()))), ["log status", "tell Status(\"a\")"]);
         assert_eq!(
             st.feed(60, Signal(SIGTERM)),

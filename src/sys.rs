@@ -369,33 +369,51 @@ pub fn unset_env(key: &str) {
     unsafe { std::env::remove_var(key) };
 }
 
-/// What `WATCHDOG_PID` holds in drainit's environment: room for any pid,
-/// which the child writes over with its own (`fill_watchdog_pid`).
-pub const WATCHDOG_PID_SLOT: &str = "0000000000";
+/// Own a descriptor the kernel has just installed in drainit's table from a
+/// received SCM_RIGHTS message: nothing else in drainit knows its number.
+pub fn own_received(fd: std::os::fd::RawFd) -> std::os::fd::OwnedFd {
+    use std::os::fd::FromRawFd;
+    // SAFETY: recvmsg installed fd for this message alone; the caller takes
+    // it once, and nothing else closes or uses it.
+    unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) }
+}
+
+/// What a number's entry (`WATCHDOG_PID`, `DRAINIT_ATTEMPT`) holds in
+/// drainit's environment when set: room for any u32, written over in place
+/// (`fill_number`). In place, because setenv(3) keeps every value it was
+/// ever given (glibc cannot free one a caller may still hold): a new value
+/// per restart would grow drainit's heap with every attempt.
+pub const NUMBER_SLOT: &str = "0000000000";
+pub const WATCHDOG_PID_SLOT: &str = NUMBER_SLOT;
 
 /// In the child of `spawn`, before exec: write the child's own pid into
 /// the environment's `WATCHDOG_PID=` entry, in place. Allocates nothing
 /// (the child shares drainit's memory); systemd's libraries compare the
 /// variable with their own pid.
 pub fn fill_watchdog_pid() {
-    const KEY: &[u8] = b"WATCHDOG_PID=";
+    fill_number(b"WATCHDOG_PID=", nix::unistd::getpid().as_raw().unsigned_abs());
+}
+
+/// Write `n` into the environment's entry `key` (`NAME=`), which drainit set
+/// to NUMBER_SLOT, in place; allocates nothing (the child of `spawn` calls
+/// it). An entry of that name that is not such a slot is left alone.
+pub fn fill_number(key: &[u8], mut n: u32) {
     unsafe extern "C" {
         static environ: *const *mut libc::c_char;
     }
-    let mut pid = nix::unistd::getpid().as_raw().unsigned_abs();
     let mut digits = [0u8; 10];
-    let mut n = 0;
+    let mut len = 0;
     loop {
-        digits[n] = b'0' + (pid % 10) as u8;
-        n += 1;
-        pid /= 10;
-        if pid == 0 || n == digits.len() {
+        digits[len] = b'0' + (n % 10) as u8;
+        len += 1;
+        n /= 10;
+        if n == 0 || len == digits.len() {
             break;
         }
     }
     // SAFETY: environ is libc's, a null-terminated array of pointers to
     // NUL-terminated "NAME=VALUE" strings; drainit has one thread, and the
-    // parent sleeps (CLONE_VFORK) while this child reads it.
+    // parent sleeps (CLONE_VFORK) while a child reads it.
     let mut entry = unsafe { environ };
     while !entry.is_null() {
         // SAFETY: entry points into the array, before or at its null end.
@@ -405,15 +423,23 @@ pub fn fill_watchdog_pid() {
         }
         // SAFETY: var is a NUL-terminated string of the environment.
         let bytes = unsafe { std::ffi::CStr::from_ptr(var) }.to_bytes();
-        if bytes.len() == KEY.len() + WATCHDOG_PID_SLOT.len() && bytes.starts_with(KEY) {
-            let value = var.cast::<u8>().wrapping_add(KEY.len());
-            for (i, digit) in digits[..n].iter().rev().enumerate() {
-                // SAFETY: the value's bytes are the slot's, writable (setenv
-                // copied them to the heap), and n <= the slot's length.
+        // Found by its name alone: a number written earlier may be shorter
+        // than the slot (its NUL comes sooner). Matching the slot's length
+        // found nothing after the first spawn and handed every later
+        // attempt the first one's WATCHDOG_PID.
+        if bytes.starts_with(key) && bytes.len() <= key.len() + NUMBER_SLOT.len() {
+            let value = var.cast::<u8>().wrapping_add(key.len());
+            for (i, digit) in digits[..len].iter().rev().enumerate() {
+                // SAFETY: an entry of this name is the slot drainit set (an
+                // inherited one is replaced before the first fill, and
+                // drainit never sets the name otherwise between fills): its
+                // buffer, writable (setenv copied it to the heap), holds the
+                // slot's length in bytes and a NUL, and len <= the slot's
+                // length.
                 unsafe { *value.add(i) = *digit };
             }
             // SAFETY: as above: within the slot, which ends in its NUL.
-            unsafe { *value.add(n) = 0 };
+            unsafe { *value.add(len) = 0 };
             return;
         }
         // SAFETY: the array goes on until its null entry, not yet reached.

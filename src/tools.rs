@@ -63,10 +63,16 @@ fn notify_tool(args: &[OsString]) -> i32 {
     let mut message = Vec::new();
     for arg in args {
         let bytes = arg.as_bytes();
-        // An argument with a newline is not shown: it would break the line.
-        let why = match (bytes.contains(&b'='), bytes.contains(&b'\n')) {
+        // The receiver splits lines at a carriage return as at a newline
+        // (systemd does): either would turn one argument into two
+        // assignments. Such an argument is not shown: it would break the
+        // line. (A NUL cannot reach argv.)
+        let breaks = bytes.iter().any(|&b| b == b'\n' || b == b'\r');
+        let why = match (bytes.contains(&b'='), breaks) {
             (false, false) => format_args!("'{}' is not an assignment VAR=VALUE", shown(arg)),
-            (_, true) => format_args!("an argument holds a newline: give each assignment as its own argument"),
+            (_, true) => format_args!(
+                "an argument holds a newline or a carriage return: give each assignment as its own argument"
+            ),
             (true, false) => {
                 if !message.is_empty() {
                     message.push(b'\n');

@@ -42,6 +42,9 @@ cases! {
     case backoff_delay_not_a_duration(&["--backoff-delay", "soon"], &[], "--backoff-delay 'soon'");
     case backoff_delay_zero(&["--backoff-delay", "0"], &[], "more than 0");
     case backoff_timeout_garbage(&["--backoff-timeout", "1y2"], &[], "--backoff-timeout");
+    case watchdog_under_1ms(&["--watchdog", "1ns"], &[], "--watchdog '1ns': must be at least 1ms");
+    case ready_timeout_under_1ms(&["--ready-timeout", "999us"], &[], "--ready-timeout '999us': must be at least 1ms");
+    case watchdog_variable_under_1ms(&[], &[("DRAINIT_WATCHDOG", "500us")], "DRAINIT_WATCHDOG '500us': must be at least 1ms");
     case unknown_flag(&["--nope"], &[], "--nope");
     case grace_variable_not_a_duration(&[], &[("DRAINIT_GRACE", "abc")], "DRAINIT_GRACE 'abc'");
     case grace_variable_empty(&[], &[("DRAINIT_GRACE", "")], "DRAINIT_GRACE is set but empty");

@@ -174,6 +174,7 @@ fn notify_refuses_bad_arguments_with_2_before_sending() {
         (vec!["--notify", "READY"], "'READY' is not an assignment"),
         (vec!["--notify", "READY=1", "WATCHDOG"], "'WATCHDOG' is not an assignment"),
         (vec!["--notify", "STATUS=a\nREADY=1"], "newline"),
+        (vec!["--notify", "STATUS=job 42\rWATCHDOG=trigger"], "carriage return"),
         (vec!["--notify", &long], "more than the 4096"),
     ] {
         let (code, stderr) = run(tool(&args).env("NOTIFY_SOCKET", &path));

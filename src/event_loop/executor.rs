@@ -16,7 +16,7 @@ use crate::retry_after::{PrivateDir, RetryAfter};
 use crate::signals::{SIGKILL, Signo};
 use crate::spawn::{Program, Spawner};
 use crate::state::StateDir;
-use crate::supervisor::{Action, Input, Tell};
+use crate::supervisor::{Action, Input};
 use crate::sys;
 
 /// Walks of /proc for one deadline SIGKILL as subreaper, at most.
@@ -65,6 +65,9 @@ pub struct Executor {
     /// worker's first start: the sweep's own variables, and the worker's it
     /// took away (with their values).
     pub swept: Option<Vec<(&'static str, Option<std::ffi::OsString>)>>,
+    /// DRAINIT_ATTEMPT is a number slot (`sys::fill_number`) in drainit's
+    /// environment.
+    pub attempt_slot: bool,
 }
 
 impl Executor {
@@ -83,7 +86,11 @@ impl Executor {
                     state.running(attempt);
                 }
                 self.retry_after.clear_before(attempt);
-                sys::set_env(ATTEMPT_VAR, attempt.to_string().as_ref());
+                if !self.attempt_slot {
+                    sys::set_env(ATTEMPT_VAR, sys::NUMBER_SLOT.as_ref());
+                    self.attempt_slot = true;
+                }
+                sys::fill_number(b"DRAINIT_ATTEMPT=", attempt);
                 self.spawn(false)
             }
             Action::SpawnFinish(record) => {
@@ -96,6 +103,8 @@ impl Executor {
                 for (key, value) in record.finish_vars() {
                     sys::set_env(key, value.as_ref());
                 }
+                // DRAINIT_ATTEMPT is the finish program's value now.
+                self.attempt_slot = false;
                 self.spawn(true)
             }
             Action::SpawnSweep(predecessor) => {
@@ -162,13 +171,7 @@ impl Executor {
             }
             Action::Tell(tell) => {
                 if let Some(outer) = &self.outer {
-                    match tell {
-                        Tell::Ready => outer.send("READY=1"),
-                        Tell::Reloading => outer.send("RELOADING=1"),
-                        Tell::Stopping => outer.send("STOPPING=1"),
-                        Tell::Watchdog => outer.send("WATCHDOG=1"),
-                        Tell::Status(text) => outer.send(&format!("STATUS={text}")),
-                    }
+                    outer.tell(&tell);
                 }
                 Done::Nothing
             }

@@ -18,10 +18,10 @@ use crate::events::Event;
 use crate::exit::Outcome;
 use crate::logging;
 use crate::memory::Counter;
-use crate::notify::{self, Assignment, NotifySocket, Senders};
+use crate::notify::Inbox;
 use crate::reap::{self, Left};
 use crate::signals::{SIGCHLD, SIGKILL, SignalSource, Signo};
-use crate::supervisor::{Input, Note};
+use crate::supervisor::Input;
 
 const SIGNALS_PER_TURN: usize = 64;
 const REAPED_PER_TURN: usize = 1024;
@@ -48,8 +48,9 @@ pub trait Os {
     fn signals(&mut self, max: usize, each: &mut dyn FnMut(Signo)) -> nix::Result<()>;
     fn reap(&mut self, max: usize, each: &mut dyn FnMut(i32, Outcome)) -> Left;
     /// The waiting notify messages, from processes drainit answers for
-    /// (`worker`: the current group's leader), as inputs.
-    fn notes(&mut self, worker: Option<i32>, max: usize, each: &mut dyn FnMut(Input));
+    /// (`worker`: the current group's leader), as inputs, the batch ending
+    /// about `deadline` (the next timer's).
+    fn notes(&mut self, worker: Option<i32>, max: usize, deadline: Option<Instant>, each: &mut dyn FnMut(Input));
     /// The OOM kills since drainit started, when the count rose since the
     /// last read (which also re-arms the v2 notification).
     fn oom_kills(&mut self) -> Option<u64> {
@@ -61,10 +62,7 @@ pub trait Os {
 pub struct Sources {
     pub signals: SignalSource,
     /// The worker's notify socket, with the readiness options.
-    pub notify: Option<NotifySocket>,
-    pub senders: Senders,
-    /// Messages dropped so far: the first is a warning, the rest debug.
-    pub rejected: u64,
+    pub notify: Option<Inbox>,
     /// The memory cgroup's OOM-kill counter, when one was found.
     pub memory: Option<Counter>,
 }
@@ -162,39 +160,11 @@ impl Os for Sources {
         self.memory.as_mut().and_then(Counter::rose)
     }
 
-    fn notes(&mut self, worker: Option<i32>, max: usize, each: &mut dyn FnMut(Input)) {
-        let Some(socket) = &mut self.notify else { return };
-        let (senders, rejected) = (self.senders, &mut self.rejected);
-        let read = socket.drain(max, |message| {
-            let pid = message.pid;
-            let checked = message.judged(|pid| notify::check_sender(senders, worker, pid));
-            match checked {
-                Ok(assignments) => assignments.filter_map(note).for_each(|n| each(Input::Notify(n))),
-                Err(why) => {
-                    Event::NotifyRejected { pid, reason: why.reason(), first: *rejected == 0 }.emit();
-                    *rejected += 1;
-                }
-            }
-        });
-        if let Err(e) = read {
-            Event::LoopError { what: "recvmsg", error: e.desc().to_string() }.emit();
+    fn notes(&mut self, worker: Option<i32>, max: usize, deadline: Option<Instant>, each: &mut dyn FnMut(Input)) {
+        if let Some(inbox) = &mut self.notify {
+            inbox.notes(worker, max, deadline, &mut |note| each(Input::Notify(note)));
         }
     }
-}
-
-/// What an assignment says to the supervisor, if anything.
-fn note(assignment: Assignment<'_>) -> Option<Note> {
-    Some(match assignment {
-        Assignment::Ready => Note::Ready,
-        Assignment::Reloading => Note::Reloading,
-        Assignment::Stopping => Note::Stopping,
-        Assignment::Watchdog => Note::Ping,
-        Assignment::WatchdogTrigger => Note::Trigger,
-        Assignment::WatchdogUsec(n) => Note::Interval(Duration::from_micros(n)),
-        Assignment::ExtendTimeoutUsec(n) => Note::Extend(Duration::from_micros(n)),
-        Assignment::Status(text) => Note::Status(text.to_string()),
-        Assignment::Barrier | Assignment::Other => return None,
-    })
 }
 
 /// What one turn gathers besides its signals, in the supervisor's order.
@@ -253,10 +223,10 @@ impl Gather {
     /// The notify messages waiting, after the signals and before the
     /// reaped children: a ping read in the turn its watchdog comes due
     /// is seen first.
-    pub fn notes<O: Os>(&mut self, os: &mut O, custody: &Custody) {
+    pub fn notes<O: Os>(&mut self, os: &mut O, custody: &Custody, deadline: Option<Instant>) {
         if std::mem::take(&mut self.notify) {
             let inputs = &mut self.inputs;
-            os.notes(custody.leader(), NOTES_PER_TURN, &mut |input| inputs.push(input));
+            os.notes(custody.leader(), NOTES_PER_TURN, deadline, &mut |input| inputs.push(input));
         }
     }
 
@@ -340,7 +310,7 @@ mod tests {
             Left::Running
         }
 
-        fn notes(&mut self, _: Option<i32>, _: usize, _: &mut dyn FnMut(Input)) {}
+        fn notes(&mut self, _: Option<i32>, _: usize, _: Option<Instant>, _: &mut dyn FnMut(Input)) {}
     }
 
     fn os(wait: Option<Errno>, read: Option<Errno>) -> Failing {
