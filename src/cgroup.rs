@@ -3,11 +3,6 @@
 //! cgroup namespace; a host process's path from /proc/self/cgroup) and the
 //! parsing of the files, pure; the opening is memory.rs's.
 
-use std::path::{Path, PathBuf};
-
-/// Where the cgroup filesystems are mounted, as every runtime mounts them.
-pub const ROOT: &str = "/sys/fs/cgroup";
-
 /// The two cgroup hierarchies, and the names of the files each has.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Version {
@@ -16,6 +11,14 @@ pub enum Version {
 }
 
 impl Version {
+    /// Where the hierarchy is mounted, as every runtime mounts it.
+    pub fn mount(self) -> &'static str {
+        match self {
+            Version::V1 => "/sys/fs/cgroup/memory",
+            Version::V2 => "/sys/fs/cgroup",
+        }
+    }
+
     /// The file whose `oom_kill` line counts the OOM kills in the cgroup.
     pub fn counter(self) -> &'static str {
         match self {
@@ -49,28 +52,28 @@ impl Version {
     }
 }
 
-/// A memory cgroup directory and its hierarchy.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Place {
+/// A memory cgroup: its hierarchy and its path under the mount (empty: the
+/// mount's root).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Place<'a> {
     pub version: Version,
-    pub dir: PathBuf,
+    pub path: &'a str,
 }
 
 /// The first place to try, before /proc/self/cgroup is read: a v2 mount
 /// whose root has `memory.events` is a container's own cgroup (a host's
 /// root cgroup has no such file), so a container finds its counter with one
 /// `open`.
-pub fn mount_root_v2(root: &Path) -> Place {
-    Place { version: Version::V2, dir: root.to_path_buf() }
-}
+pub const MOUNT_ROOT_V2: Place<'static> = Place { version: Version::V2, path: "" };
 
 /// The places /proc/self/cgroup's `text` points to, in the order to try
 /// them: the v1 memory controller when it has a line (hybrid hosts keep it
 /// there), else v2's `0::` line; each as the path it names under the mount
 /// (a host process, a container without a cgroup namespace whose runtime
-/// mounted the whole tree), then the mount's root (a container whose own
-/// cgroup is mounted there: Docker on v1, a v2 cgroup namespace).
-pub fn places(text: &str, root: &Path) -> Vec<Place> {
+/// mounted the whole tree), then, on v1, the mount's root (a container whose
+/// own cgroup is mounted there: Docker on v1). No allocation: this runs at
+/// every start.
+pub fn places(text: &str) -> [Option<Place<'_>>; 2] {
     let mut v1 = None;
     let mut v2 = None;
     for line in text.lines() {
@@ -82,22 +85,17 @@ pub fn places(text: &str, root: &Path) -> Vec<Place> {
             v1 = Some(path);
         }
     }
-    let (version, path, base) = match (v1, v2) {
-        (Some(path), _) => (Version::V1, path, root.join("memory")),
-        (None, Some(path)) => (Version::V2, path, root.to_path_buf()),
-        (None, None) => return Vec::new(),
+    let (version, path) = match (v1, v2) {
+        (Some(path), _) => (Version::V1, path),
+        (None, Some(path)) => (Version::V2, path),
+        (None, None) => return [None, None],
     };
-    let mut found = Vec::new();
     // "/.." and the like: a path outside our cgroup namespace's view.
-    let relative = path.trim_start_matches('/');
-    if !relative.is_empty() && !relative.split('/').any(|part| part == "..") {
-        found.push(Place { version, dir: base.join(relative) });
-    }
+    let path = path.trim_start_matches('/').trim_end_matches('/');
+    let named = (!path.is_empty() && !path.split('/').any(|part| part == "..")).then_some(Place { version, path });
     // The v2 mount's root was tried first already.
-    if version == Version::V1 {
-        found.push(Place { version, dir: base });
-    }
-    found
+    let root = (version == Version::V1).then_some(Place { version, path: "" });
+    [named, root]
 }
 
 /// The number on `key`'s line of a flat keyed file (`memory.events`,
@@ -133,43 +131,35 @@ pub fn over(used: u64, limit: u64, percent: u8) -> bool {
 mod tests {
     use super::*;
 
-    fn root() -> PathBuf {
-        PathBuf::from(ROOT)
+    fn v1(path: &str) -> Option<Place<'_>> {
+        Some(Place { version: Version::V1, path })
     }
 
-    fn v1(dir: &str) -> Place {
-        Place { version: Version::V1, dir: PathBuf::from(dir) }
-    }
-
-    fn v2(dir: &str) -> Place {
-        Place { version: Version::V2, dir: PathBuf::from(dir) }
+    fn v2(path: &str) -> Option<Place<'_>> {
+        Some(Place { version: Version::V2, path })
     }
 
     #[test]
     fn the_places_to_look() {
-        type Row = (&'static str, &'static str, Vec<Place>);
+        type Row = (&'static str, &'static str, [Option<Place<'static>>; 2]);
         let rows: Vec<Row> = vec![
-            ("v2 namespace: the root, tried first already", "0::/\n", vec![]),
-            ("v2 host process", "0::/system.slice/x.service\n", vec![v2("/sys/fs/cgroup/system.slice/x.service")]),
+            ("v2 namespace: the root, tried first already", "0::/\n", [None, None]),
+            ("v2 host process", "0::/system.slice/x.service\n", [v2("system.slice/x.service"), None]),
             (
                 "v1 host process (a hybrid host's v2 line ignored)",
                 "9:name=systemd:/\n4:memory:/process_api/9e48\n0::/\n",
-                vec![v1("/sys/fs/cgroup/memory/process_api/9e48"), v1("/sys/fs/cgroup/memory")],
+                [v1("process_api/9e48"), v1("")],
             ),
-            (
-                "v1 container without a namespace",
-                "5:memory:/docker/abc\n",
-                vec![v1("/sys/fs/cgroup/memory/docker/abc"), v1("/sys/fs/cgroup/memory")],
-            ),
-            ("v1 co-mounted controllers", "3:cpu,memory:/\n", vec![v1("/sys/fs/cgroup/memory")]),
-            ("outside the namespace's view", "0::/../other\n", vec![]),
-            ("no memory controller", "3:cpu:/x\n", vec![]),
-            ("empty", "", vec![]),
+            ("v1 container without a namespace", "5:memory:/docker/abc\n", [v1("docker/abc"), v1("")]),
+            ("v1 co-mounted controllers", "3:cpu,memory:/\n", [None, v1("")]),
+            ("outside the namespace's view", "0::/../other\n", [None, None]),
+            ("no memory controller", "3:cpu:/x\n", [None, None]),
+            ("empty", "", [None, None]),
         ];
         for (name, text, want) in rows {
-            assert_eq!(places(text, &root()), want, "{name}");
+            assert_eq!(places(text), want, "{name}");
         }
-        assert_eq!(mount_root_v2(&root()), v2("/sys/fs/cgroup"));
+        assert_eq!((MOUNT_ROOT_V2.version.mount(), MOUNT_ROOT_V2.path), ("/sys/fs/cgroup", ""));
     }
 
     #[test]

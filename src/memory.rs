@@ -7,7 +7,6 @@ use std::fs::File;
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::fs::FileExt;
-use std::path::Path;
 
 use nix::fcntl::{AT_FDCWD, OFlag, openat};
 use nix::sys::stat::Mode;
@@ -27,7 +26,7 @@ pub fn find(memory_stop: bool) -> (Option<Counter>, Option<Usage>) {
     if !memory_stop {
         return (counter, None);
     }
-    match Usage::open(counter.as_ref().map(Counter::place)) {
+    match Usage::open(counter.as_ref().map(|c| &c.dir)) {
         Ok(usage) => (counter, Some(usage)),
         Err(off) => {
             Event::MemoryStopOff { reason: off.reason() }.emit();
@@ -36,14 +35,59 @@ pub fn find(memory_stop: bool) -> (Option<Counter>, Option<Usage>) {
     }
 }
 
+/// The longest cgroup directory path drainit looks in (kept inline, so
+/// that finding the counter at start allocates nothing).
+const PATH: usize = 256;
+
+/// A memory cgroup's directory.
+pub struct Dir {
+    version: Version,
+    path: [u8; PATH],
+    len: usize,
+}
+
+impl Dir {
+    fn new(place: Place<'_>) -> Option<Dir> {
+        let mut dir = Dir { version: place.version, path: [0; PATH], len: 0 };
+        dir.push(place.version.mount().as_bytes())?;
+        if !place.path.is_empty() {
+            dir.push(b"/")?;
+            dir.push(place.path.as_bytes())?;
+        }
+        Some(dir)
+    }
+
+    /// A directory anywhere (the tests' fixture trees).
+    #[cfg(test)]
+    fn at(version: Version, path: &std::path::Path) -> Dir {
+        let mut dir = Dir { version, path: [0; PATH], len: 0 };
+        dir.push(path.as_os_str().as_encoded_bytes()).unwrap();
+        dir
+    }
+
+    fn push(&mut self, bytes: &[u8]) -> Option<()> {
+        let end = self.len.checked_add(bytes.len()).filter(|end| *end <= PATH)?;
+        self.path.get_mut(self.len..end)?.copy_from_slice(bytes);
+        self.len = end;
+        Some(())
+    }
+
+    /// Open the file `name` in it.
+    fn open(&self, name: &str) -> Option<File> {
+        let mut path = Dir { version: self.version, path: self.path, len: self.len };
+        path.push(b"/")?;
+        path.push(name.as_bytes())?;
+        open(path.path.get(..path.len)?)
+    }
+}
+
 /// The OOM-kill counter of drainit's memory cgroup.
 pub struct Counter {
     file: File,
-    version: Version,
     /// The count when drainit started, and when it was last read.
     start: u64,
     last: u64,
-    place: Place,
+    dir: Dir,
 }
 
 impl Counter {
@@ -51,30 +95,29 @@ impl Counter {
     /// first (one `open` for a v2 container), then the places
     /// /proc/self/cgroup names. None where nothing is found or readable.
     pub fn find() -> Option<Counter> {
-        let root = Path::new(cgroup::ROOT);
-        if let Some(counter) = Counter::open(cgroup::mount_root_v2(root)) {
+        if let Some(counter) = Counter::open(cgroup::MOUNT_ROOT_V2) {
             return Some(counter);
         }
-        let file = open(Path::new("/proc/self/cgroup"))?;
+        let file = open(b"/proc/self/cgroup")?;
         let mut buf = [0u8; BUF];
         let text = pread(&file, &mut buf).ok()?;
-        cgroup::places(text, root).into_iter().find_map(Counter::open)
+        cgroup::places(text).into_iter().flatten().find_map(Counter::open)
     }
 
-    fn open(place: Place) -> Option<Counter> {
-        let file = open(&place.dir.join(place.version.counter()))?;
+    fn open(place: Place<'_>) -> Option<Counter> {
+        Counter::in_dir(Dir::new(place)?)
+    }
+
+    fn in_dir(dir: Dir) -> Option<Counter> {
+        let file = dir.open(dir.version.counter())?;
         let start = count(&file)?;
-        Some(Counter { file, version: place.version, start, last: start, place })
-    }
-
-    pub fn place(&self) -> &Place {
-        &self.place
+        Some(Counter { file, start, last: start, dir })
     }
 
     /// On v2 the file wakes the wait when it changes (POLLPRI); v1 has no
     /// such notification without write access.
     pub fn poll_fd(&self) -> Option<BorrowedFd<'_>> {
-        (self.version == Version::V2).then(|| self.file.as_fd())
+        (self.dir.version == Version::V2).then(|| self.file.as_fd())
     }
 
     /// The kills since drainit started, when the count rose since the last
@@ -124,12 +167,13 @@ impl Off {
 
 impl Usage {
     /// The files of the cgroup the counter was found in, and its limit.
-    pub fn open(place: Option<&Place>) -> Result<Usage, Off> {
-        let place = place.ok_or(Off::NoCgroup)?;
-        let version = place.version;
-        let open = |name: &str| open(&place.dir.join(name)).ok_or(Off::Unreadable);
+    pub fn open(dir: Option<&Dir>) -> Result<Usage, Off> {
+        let dir = dir.ok_or(Off::NoCgroup)?;
+        let version = dir.version;
+        let open = |name: &str| dir.open(name).ok_or(Off::Unreadable);
         let (usage, stat) = (open(version.usage())?, open("memory.stat")?);
-        let limit = read_small(&place.dir.join(version.limit())).ok_or(Off::Unreadable)?;
+        let mut buf = [0u8; BUF];
+        let limit = pread(&open(version.limit())?, &mut buf).map_err(|_| Off::Unreadable)?.to_string();
         let machine = nix::sys::sysinfo::sysinfo().map_or(0, |s| s.ram_total());
         let limit = cgroup::limit(&limit, machine).ok_or(Off::NoLimit)?;
         let usage = Usage { usage, stat, version, limit };
@@ -166,16 +210,9 @@ fn pread<'a>(file: &File, buf: &'a mut [u8]) -> io::Result<&'a str> {
 
 /// Open for reading, close-on-exec, in one call (std's `File::open` adds
 /// an fcntl on musl).
-fn open(path: &Path) -> Option<File> {
+fn open(path: &[u8]) -> Option<File> {
     let fd = openat(AT_FDCWD, path, OFlag::O_RDONLY | OFlag::O_CLOEXEC, Mode::empty()).ok()?;
     Some(File::from(fd))
-}
-
-/// A small file read whole.
-fn read_small(path: &Path) -> Option<String> {
-    let file = open(path)?;
-    let mut buf = [0u8; BUF];
-    Some(pread(&file, &mut buf).ok()?.to_string())
 }
 
 #[cfg(test)]
@@ -196,7 +233,7 @@ mod tests {
     #[test]
     fn the_counter_counts_from_the_start() {
         let dir = tree(&[("memory.events", "oom 1\noom_kill 4\n")]);
-        let mut counter = Counter::open(Place { version: Version::V2, dir: dir.clone() }).unwrap();
+        let mut counter = Counter::in_dir(Dir::at(Version::V2, &dir)).unwrap();
         assert!(counter.poll_fd().is_some(), "v2: a source of the wait");
         assert_eq!(counter.rose(), None, "nothing new");
         std::fs::write(dir.join("memory.events"), "oom 2\noom_kill 6\n").unwrap();
@@ -206,11 +243,20 @@ mod tests {
     }
 
     #[test]
+    fn paths_are_built_inline() {
+        let dir = Dir::new(Place { version: Version::V1, path: "docker/abc" }).unwrap();
+        assert_eq!(&dir.path[..dir.len], b"/sys/fs/cgroup/memory/docker/abc");
+        let root = Dir::new(cgroup::MOUNT_ROOT_V2).unwrap();
+        assert_eq!(&root.path[..root.len], b"/sys/fs/cgroup");
+        assert!(Dir::new(Place { version: Version::V2, path: &"x".repeat(PATH) }).is_none(), "too long: not found");
+    }
+
+    #[test]
     fn v1_has_no_source() {
         let dir = tree(&[("memory.oom_control", "oom_kill_disable 0\nunder_oom 0\noom_kill 0\n")]);
-        let counter = Counter::open(Place { version: Version::V1, dir: dir.clone() }).unwrap();
+        let counter = Counter::in_dir(Dir::at(Version::V1, &dir)).unwrap();
         assert!(counter.poll_fd().is_none());
-        assert!(Counter::open(Place { version: Version::V2, dir: dir.clone() }).is_none(), "no such file");
+        assert!(Counter::in_dir(Dir::at(Version::V2, &dir)).is_none(), "no such file");
         let _ = std::fs::remove_dir_all(dir);
     }
 
@@ -222,7 +268,7 @@ mod tests {
             ("memory.max", "2000000\n"),
         ];
         let dir = tree(&files);
-        let place = Place { version: Version::V2, dir: dir.clone() };
+        let place = Dir::at(Version::V2, &dir);
         let usage = Usage::open(Some(&place)).unwrap();
         assert_eq!((usage.working_set(), usage.limit), (Some(700_000), 2_000_000));
         std::fs::write(dir.join("memory.max"), "max\n").unwrap();

@@ -292,12 +292,17 @@ mod tests {
         pending: Vec<Signo>,
         exited: Vec<(i32, Outcome)>,
         waits: Vec<Option<Duration>>,
+        /// The OOM-kill count each read finds, and the reads.
+        oom: Option<u64>,
+        oom_reads: usize,
+        memory_ready: bool,
     }
 
     impl Os for Failing {
         fn wait(&mut self, timeout: Option<Duration>, _: Option<BorrowedFd<'_>>) -> nix::Result<Ready> {
             self.waits.push(timeout);
-            self.wait.map_or(Ok(Ready::default()), Err)
+            let ready = Ready { memory: std::mem::take(&mut self.memory_ready), ..Ready::default() };
+            self.wait.map_or(Ok(ready), Err)
         }
 
         fn signals(&mut self, _: usize, each: &mut dyn FnMut(Signo)) -> nix::Result<()> {
@@ -311,10 +316,24 @@ mod tests {
         }
 
         fn notes(&mut self, _: Option<i32>, _: usize, _: Option<Instant>, _: &mut dyn FnMut(Input)) {}
+
+        fn oom_kills(&mut self) -> Option<u64> {
+            self.oom_reads += 1;
+            self.oom.take()
+        }
     }
 
     fn os(wait: Option<Errno>, read: Option<Errno>) -> Failing {
-        Failing { wait, read, pending: vec![], exited: vec![], waits: vec![] }
+        Failing {
+            wait,
+            read,
+            pending: vec![],
+            exited: vec![],
+            waits: vec![],
+            oom: None,
+            oom_reads: 0,
+            memory_ready: false,
+        }
     }
 
     /// One turn as the loop gathers it, the signals recorded as inputs
@@ -349,6 +368,31 @@ mod tests {
         let inputs = turn(&mut gather, &mut os, &mut custody, None);
         assert_eq!(gather.errors, 0);
         assert_eq!(inputs, vec![], "no SIGCHLD, no error: no reaping round");
+    }
+
+    /// The OOM-kill count is read when it may have moved (a child's
+    /// SIGKILL, no child left, a memory event) and fed before the turn's
+    /// reaped children; a memory event is fed after them.
+    #[test]
+    fn the_oom_count_comes_before_the_reaped_and_the_memory_event_after() {
+        let mut gather = Gather::default();
+        let mut custody = Custody::new(Role::Subreaper, true);
+        custody.started(10);
+        let mut os = os(None, None);
+        os.pending = vec![SIGCHLD];
+        os.exited = vec![(10, Outcome::Signaled(SIGKILL))];
+        os.oom = Some(1);
+        assert_eq!(
+            turn(&mut gather, &mut os, &mut custody, None),
+            vec![Input::OomKills(1), Input::Reaped(10, Outcome::Signaled(SIGKILL)), Input::Children { left: true }]
+        );
+        os.pending = vec![SIGCHLD];
+        os.exited = vec![(11, Outcome::Exited(0))];
+        turn(&mut gather, &mut os, &mut custody, None);
+        assert_eq!(os.oom_reads, 1, "an exit that is no SIGKILL, children left: no read");
+        os.memory_ready = true;
+        os.oom = Some(2);
+        assert_eq!(turn(&mut gather, &mut os, &mut custody, None), vec![Input::OomKills(2), Input::MemoryEvent]);
     }
 
     #[test]
