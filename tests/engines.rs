@@ -55,9 +55,9 @@ use std::time::{Duration, Instant};
 
 use containers::{
     Container, ENGINE_TIMEOUT, Engine, LOG_TIMEOUT, ScratchFiles, assert_log_has, check_deadline_stop,
-    check_drained_stop, check_orphans_reaped, find_program, run, run_bounded, statics,
+    check_drained_stop, check_orphans_reaped, run, run_bounded, statics,
 };
-use kit::{Scratch, wait_for, wait_until};
+use kit::{Scratch, need_program, wait_for, wait_until};
 
 /// The systemd default, as dockerd runs under its unit: /usr/local before /usr.
 const DAEMON_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
@@ -256,7 +256,7 @@ impl Private {
     /// Starts `script` (sh; `$1` is the state directory) as the helper in a new
     /// network and mount namespace, its stdin the pipe that keeps it going.
     fn spawn(dir: PathBuf, script: &str, args: &[&str], env: &[(OsString, OsString)]) -> Private {
-        let unshare = tool("unshare", "util-linux");
+        let unshare = need_program("unshare", "util-linux");
         let mut cmd = Command::new(unshare);
         cmd.args(["--net", "--mount", "--propagation", "private", "--", "sh", "-euc", script, "sh"])
             .arg(&dir)
@@ -326,13 +326,6 @@ fn register_at_exit() {
         // SAFETY: registers a handler that only stops child processes and removes files.
         unsafe { libc::atexit(at_exit) };
     });
-}
-
-/// An executable the tests need, or a panic saying which package has it.
-fn tool(name: &str, package: &str) -> PathBuf {
-    find_program(name).unwrap_or_else(|| {
-        panic!("tests/engines.rs needs `{name}`: install it (Debian: `apt-get install -y {package}`); it fails rather than skip")
-    })
 }
 
 /// Copies the static drainit to `dir/bin/NAME`.
@@ -416,10 +409,10 @@ impl Dockerd {
     /// A private dockerd with `config` as its config file; `by_name`: no
     /// `--init-path`, docker-init is found where an operator installs it.
     fn start(kind: &str, config: &str, by_name: bool) -> Result<Dockerd, String> {
-        let dockerd = tool("dockerd", "docker.io");
-        let cli = tool("docker", "docker.io");
+        let dockerd = need_program("dockerd", "docker.io");
+        let cli = need_program("docker", "docker.io");
         for (name, package) in [("containerd", "containerd"), ("runc", "runc"), ("tar", "tar")] {
-            tool(name, package);
+            need_program(name, package);
         }
         if !Path::new("/etc/docker").is_dir() {
             return Err("no /etc/docker: dockerd writes its key there whatever its flags say, and the \
@@ -530,10 +523,10 @@ fn podman() -> &'static Podman {
 
 impl Podman {
     fn start() -> Result<Podman, String> {
-        let podman = tool("podman", "podman");
-        let nsenter = tool("nsenter", "util-linux");
+        let podman = need_program("podman", "podman");
+        let nsenter = need_program("nsenter", "util-linux");
         for (name, package) in [("conmon", "conmon"), ("tar", "tar")] {
-            tool(name, package);
+            need_program(name, package);
         }
         let dir = new_state_dir("podman");
         let init = install_drainit(&dir, "drainit");

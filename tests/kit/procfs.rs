@@ -134,6 +134,13 @@ impl Procfs {
             .sum()
     }
 
+    /// Live processes (never the test itself) whose command line holds
+    /// `marker` (a scratch path): what a test started and may have left.
+    pub fn alive_mentioning(&self, marker: &str) -> Vec<i32> {
+        let me = std::process::id() as i32;
+        self.pids().into_iter().filter(|&p| p != me && self.alive_as(p, marker)).collect()
+    }
+
     /// Every pid in this /proc.
     pub fn pids(&self) -> Vec<i32> {
         let Ok(dir) = std::fs::read_dir(&*self.root) else { return vec![] };
