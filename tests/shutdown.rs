@@ -11,13 +11,7 @@ use std::time::{Duration, Instant};
 /// plus the grace; drainit must be gone before the orchestrator timeout
 /// from it too (a stop that came with the exit would be SIGKILLed then).
 fn since_worker_exit(worker: &Recorder) -> Duration {
-    let (_, at) = worker.end().expect("the worker noted its exit");
-    Duration::from_nanos(monotonic_ns().saturating_sub(at) as u64)
-}
-
-/// From monotonic stamp `from` to `to`, as a Duration.
-fn between(from: u128, to: u128) -> Duration {
-    Duration::from_nanos(to.saturating_sub(from) as u64)
+    worker.since_end()
 }
 
 per_mode! {

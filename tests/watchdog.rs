@@ -81,10 +81,6 @@ fn term_stamp(rec: &Recorder, log: &str) -> u128 {
     got.iter().find(|(s, _)| *s == libc::SIGTERM).unwrap_or_else(|| panic!("no SIGTERM recorded: {got:?}; {log}")).1
 }
 
-fn between(from: u128, to: u128) -> std::time::Duration {
-    std::time::Duration::from_nanos(to.saturating_sub(from) as u64)
-}
-
 fn first_stdout_line(run: &Running) -> String {
     wait_for(secs(10), || run.stdout().lines().next().map(str::to_string)).unwrap_or_else(|| panic!("{}", run.log()))
 }

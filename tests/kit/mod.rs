@@ -163,6 +163,12 @@ pub fn monotonic_ns() -> u128 {
     t.tv_sec as u128 * 1_000_000_000 + t.tv_nsec as u128
 }
 
+/// From monotonic stamp `from` to `to` (the recorder's, or
+/// [`monotonic_ns`]), as a Duration; zero when `to` is the earlier.
+pub fn between(from: u128, to: u128) -> Duration {
+    Duration::from_nanos(to.saturating_sub(from) as u64)
+}
+
 /// A scratch directory for one test, removed on drop.
 pub struct Scratch(pub PathBuf);
 

@@ -314,6 +314,14 @@ impl Recorder {
         Some((end, at))
     }
 
+    /// How long ago it noted its end (call it right after the run's
+    /// `wait`: how long drainit outlived the worker); panics when it noted
+    /// none.
+    pub fn since_end(&self) -> Duration {
+        let (_, at) = self.end().expect("the recorder noted its end");
+        super::between(at, super::monotonic_ns())
+    }
+
     /// Its terminal's size at the last SIGWINCH.
     pub fn winsize(&self) -> Option<(u16, u16)> {
         let text = self.read("winsize")?;
