@@ -50,14 +50,13 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
-use std::thread;
 use std::time::{Duration, Instant};
 
 use containers::{
     Container, ENGINE_TIMEOUT, Engine, LOG_TIMEOUT, ScratchFiles, assert_log_has, check_deadline_stop,
     check_drained_stop, check_orphans_reaped, run, run_bounded, statics,
 };
-use kit::{Scratch, need_program, wait_for, wait_until};
+use kit::{HOST, Scratch, need_program, wait_for, wait_until};
 
 /// The systemd default, as dockerd runs under its unit: /usr/local before /usr.
 const DAEMON_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
@@ -85,21 +84,14 @@ fn base_dir() -> PathBuf {
     tmp.join("drainit-engines")
 }
 
-/// Field 22 of /proc/PID/stat: when the process started, in clock ticks
-/// since boot. With the pid it names one process for good.
-fn start_time(pid: &str) -> Option<u64> {
-    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    stat[stat.rfind(')')? + 1..].split_whitespace().nth(19)?.parse().ok()
-}
-
 /// A new, empty state directory `<kind>-<pid>-<start time>-<n>` under the
 /// base, after tearing down what crashed runs left there.
 fn new_state_dir(kind: &str) -> PathBuf {
     static LEFTOVERS: OnceLock<()> = OnceLock::new();
     LEFTOVERS.get_or_init(clean_leftovers);
     static SEQ: AtomicUsize = AtomicUsize::new(0);
-    let me = std::process::id().to_string();
-    let started = start_time(&me).expect("own /proc/self/stat");
+    let me = std::process::id();
+    let started = HOST.start_time(me as i32).expect("own /proc/self/stat");
     let dir = base_dir().join(format!("{kind}-{me}-{started}-{}", SEQ.fetch_add(1, Ordering::SeqCst)));
     teardown(&dir);
     fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("mkdir {}: {e}", dir.display()));
@@ -111,7 +103,7 @@ fn owner_alive(name: &str) -> bool {
     // <kind>-<pid>-<start time>-<n>, where the kind may hold a `-`.
     let mut parts = name.rsplit('-').skip(1);
     match (parts.next().and_then(|s| s.parse::<u64>().ok()), parts.next()) {
-        (Some(started), Some(pid)) => start_time(pid) == Some(started),
+        (Some(started), Some(pid)) => pid.parse().is_ok_and(|pid| HOST.start_time(pid) == Some(started)),
         _ => false,
     }
 }
@@ -168,21 +160,14 @@ fn cgroup_roots() -> Vec<PathBuf> {
 fn teardown(dir: &Path) {
     let needle = dir.to_string_lossy().into_owned();
     let mentions = |arg: &str| arg == needle || arg.contains(&format!("{needle}/"));
-    let me = std::process::id().to_string();
     let cgroups: Vec<PathBuf> = cgroup_roots().into_iter().map(|r| r.join(cgroup_name(dir))).collect();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
+    // Bounded: whatever is still there after 20s is reported by the test
+    // that needed it gone.
+    let _ = wait_until(Duration::from_secs(20), || {
         let mut left = 0;
-        for entry in fs::read_dir("/proc").into_iter().flatten().flatten() {
-            let pid = entry.file_name().to_string_lossy().into_owned();
-            if pid == me || !pid.bytes().all(|b| b.is_ascii_digit()) {
-                continue;
-            }
-            let cmdline = fs::read(entry.path().join("cmdline")).unwrap_or_default();
-            if cmdline.split(|b| *b == 0).any(|arg| mentions(&String::from_utf8_lossy(arg))) {
-                left += 1;
-                kill(&pid);
-            }
+        for pid in HOST.with_arg(mentions) {
+            left += 1;
+            kill(&pid.to_string());
         }
         for cgroup in &cgroups {
             for procs in cgroup_dirs(cgroup).iter().map(|d| d.join("cgroup.procs")) {
@@ -192,11 +177,8 @@ fn teardown(dir: &Path) {
                 }
             }
         }
-        if left == 0 || Instant::now() >= deadline {
-            break;
-        }
-        thread::sleep(Duration::from_millis(100));
-    }
+        left == 0
+    });
     for cgroup in &cgroups {
         // Deepest first: a cgroup goes only once it has no children.
         for d in cgroup_dirs(cgroup).iter().rev() {

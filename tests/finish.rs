@@ -35,7 +35,7 @@ set -- $(cat /proc/$$/stat)
 fn finish_runs(dir: &Scratch) -> Vec<std::collections::HashMap<String, String>> {
     dir.lines("finish.log")
         .iter()
-        .map(|l| l.split(' ').filter_map(|kv| kv.split_once('=')).map(|(k, v)| (k.into(), v.into())).collect())
+        .map(|l| logfmt(l).unwrap_or_else(|| panic!("not key=value pairs: {l:?}")).into_iter().collect())
         .collect()
 }
 

@@ -71,7 +71,8 @@ impl Sandbox {
 
     /// `python3 worker.py SUB --db ... --host ... --stale ... --token-file ... EXTRA...`.
     fn worker_argv(&self, sub: &str, extra: &[&str]) -> Vec<String> {
-        let mut argv = vec!["python3".to_string(), worker_py(), sub.into()];
+        let python = path_str(&need_program("python3", "python3"));
+        let mut argv = vec![python, worker_py(), sub.into()];
         argv.extend(["--db".into(), path_str(&self.db), "--host".into(), self.host.clone()]);
         argv.extend(["--stale".into(), self.stale.into(), "--token-file".into(), path_str(&self.token_file())]);
         argv.extend(extra.iter().map(|s| s.to_string()));

@@ -280,6 +280,8 @@ per_mode! {
         let mut run = drainit(mode, args(&o, &script)).spawn();
         assert!(wait_until(secs(10), || ready.exists()), "{mode:?}: {}", run.log());
         assert_eq!(probe(&ready, &drain), 0);
+        // The file comes with the event; the log's reader may lag behind.
+        assert!(run.wait_event("ready", secs(5)).is_some(), "{}", run.log());
         assert_eq!(run.count_events("ready"), 1, "{}", run.log());
         touch(&dir, "go1");
         assert!(wait_until(secs(10), || !ready.exists()), "{mode:?}: RELOADING=1 keeps it: {}", run.log());
