@@ -30,7 +30,7 @@ fn starts(rec: &Recorder) -> Vec<u128> {
 }
 
 fn gap(starts: &[u128], i: usize) -> Duration {
-    Duration::from_nanos((starts[i + 1] - starts[i]) as u64)
+    between(starts[i], starts[i + 1])
 }
 
 per_mode! {

@@ -50,14 +50,13 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
-use std::thread;
 use std::time::{Duration, Instant};
 
 use containers::{
     Container, ENGINE_TIMEOUT, Engine, LOG_TIMEOUT, ScratchFiles, assert_log_has, check_deadline_stop,
-    check_drained_stop, check_orphans_reaped, find_program, run, run_bounded, statics,
+    check_drained_stop, check_orphans_reaped, run, run_bounded, statics,
 };
-use kit::{Scratch, wait_for, wait_until};
+use kit::{HOST, Scratch, need_program, wait_for, wait_until};
 
 /// The systemd default, as dockerd runs under its unit: /usr/local before /usr.
 const DAEMON_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
@@ -85,21 +84,14 @@ fn base_dir() -> PathBuf {
     tmp.join("drainit-engines")
 }
 
-/// Field 22 of /proc/PID/stat: when the process started, in clock ticks
-/// since boot. With the pid it names one process for good.
-fn start_time(pid: &str) -> Option<u64> {
-    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    stat[stat.rfind(')')? + 1..].split_whitespace().nth(19)?.parse().ok()
-}
-
 /// A new, empty state directory `<kind>-<pid>-<start time>-<n>` under the
 /// base, after tearing down what crashed runs left there.
 fn new_state_dir(kind: &str) -> PathBuf {
     static LEFTOVERS: OnceLock<()> = OnceLock::new();
     LEFTOVERS.get_or_init(clean_leftovers);
     static SEQ: AtomicUsize = AtomicUsize::new(0);
-    let me = std::process::id().to_string();
-    let started = start_time(&me).expect("own /proc/self/stat");
+    let me = std::process::id();
+    let started = HOST.start_time(me as i32).expect("own /proc/self/stat");
     let dir = base_dir().join(format!("{kind}-{me}-{started}-{}", SEQ.fetch_add(1, Ordering::SeqCst)));
     teardown(&dir);
     fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("mkdir {}: {e}", dir.display()));
@@ -111,7 +103,7 @@ fn owner_alive(name: &str) -> bool {
     // <kind>-<pid>-<start time>-<n>, where the kind may hold a `-`.
     let mut parts = name.rsplit('-').skip(1);
     match (parts.next().and_then(|s| s.parse::<u64>().ok()), parts.next()) {
-        (Some(started), Some(pid)) => start_time(pid) == Some(started),
+        (Some(started), Some(pid)) => pid.parse().is_ok_and(|pid| HOST.start_time(pid) == Some(started)),
         _ => false,
     }
 }
@@ -168,21 +160,14 @@ fn cgroup_roots() -> Vec<PathBuf> {
 fn teardown(dir: &Path) {
     let needle = dir.to_string_lossy().into_owned();
     let mentions = |arg: &str| arg == needle || arg.contains(&format!("{needle}/"));
-    let me = std::process::id().to_string();
     let cgroups: Vec<PathBuf> = cgroup_roots().into_iter().map(|r| r.join(cgroup_name(dir))).collect();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
+    // Bounded: whatever is still there after 20s is reported by the test
+    // that needed it gone.
+    let _ = wait_until(Duration::from_secs(20), || {
         let mut left = 0;
-        for entry in fs::read_dir("/proc").into_iter().flatten().flatten() {
-            let pid = entry.file_name().to_string_lossy().into_owned();
-            if pid == me || !pid.bytes().all(|b| b.is_ascii_digit()) {
-                continue;
-            }
-            let cmdline = fs::read(entry.path().join("cmdline")).unwrap_or_default();
-            if cmdline.split(|b| *b == 0).any(|arg| mentions(&String::from_utf8_lossy(arg))) {
-                left += 1;
-                kill(&pid);
-            }
+        for pid in HOST.with_arg(mentions) {
+            left += 1;
+            kill(&pid.to_string());
         }
         for cgroup in &cgroups {
             for procs in cgroup_dirs(cgroup).iter().map(|d| d.join("cgroup.procs")) {
@@ -192,11 +177,8 @@ fn teardown(dir: &Path) {
                 }
             }
         }
-        if left == 0 || Instant::now() >= deadline {
-            break;
-        }
-        thread::sleep(Duration::from_millis(100));
-    }
+        left == 0
+    });
     for cgroup in &cgroups {
         // Deepest first: a cgroup goes only once it has no children.
         for d in cgroup_dirs(cgroup).iter().rev() {
@@ -256,7 +238,7 @@ impl Private {
     /// Starts `script` (sh; `$1` is the state directory) as the helper in a new
     /// network and mount namespace, its stdin the pipe that keeps it going.
     fn spawn(dir: PathBuf, script: &str, args: &[&str], env: &[(OsString, OsString)]) -> Private {
-        let unshare = tool("unshare", "util-linux");
+        let unshare = need_program("unshare", "util-linux");
         let mut cmd = Command::new(unshare);
         cmd.args(["--net", "--mount", "--propagation", "private", "--", "sh", "-euc", script, "sh"])
             .arg(&dir)
@@ -326,13 +308,6 @@ fn register_at_exit() {
         // SAFETY: registers a handler that only stops child processes and removes files.
         unsafe { libc::atexit(at_exit) };
     });
-}
-
-/// An executable the tests need, or a panic saying which package has it.
-fn tool(name: &str, package: &str) -> PathBuf {
-    find_program(name).unwrap_or_else(|| {
-        panic!("tests/engines.rs needs `{name}`: install it (Debian: `apt-get install -y {package}`); it fails rather than skip")
-    })
 }
 
 /// Copies the static drainit to `dir/bin/NAME`.
@@ -416,10 +391,10 @@ impl Dockerd {
     /// A private dockerd with `config` as its config file; `by_name`: no
     /// `--init-path`, docker-init is found where an operator installs it.
     fn start(kind: &str, config: &str, by_name: bool) -> Result<Dockerd, String> {
-        let dockerd = tool("dockerd", "docker.io");
-        let cli = tool("docker", "docker.io");
+        let dockerd = need_program("dockerd", "docker.io");
+        let cli = need_program("docker", "docker.io");
         for (name, package) in [("containerd", "containerd"), ("runc", "runc"), ("tar", "tar")] {
-            tool(name, package);
+            need_program(name, package);
         }
         if !Path::new("/etc/docker").is_dir() {
             return Err("no /etc/docker: dockerd writes its key there whatever its flags say, and the \
@@ -530,10 +505,10 @@ fn podman() -> &'static Podman {
 
 impl Podman {
     fn start() -> Result<Podman, String> {
-        let podman = tool("podman", "podman");
-        let nsenter = tool("nsenter", "util-linux");
+        let podman = need_program("podman", "podman");
+        let nsenter = need_program("nsenter", "util-linux");
         for (name, package) in [("conmon", "conmon"), ("tar", "tar")] {
-            tool(name, package);
+            need_program(name, package);
         }
         let dir = new_state_dir("podman");
         let init = install_drainit(&dir, "drainit");

@@ -69,10 +69,7 @@ fn summary(path: &Path) -> Vec<(String, String)> {
     assert_eq!(text.lines().count(), 1, "{text:?}");
     assert!(text.len() <= 4096);
     let line = text.trim_end().strip_prefix("drainit: ").unwrap_or_else(|| panic!("{text:?}"));
-    line.split(' ')
-        .map(|kv| kv.split_once('=').unwrap_or_else(|| panic!("{kv} in {line}")))
-        .map(|(k, v)| (k.into(), v.into()))
-        .collect()
+    logfmt(line).unwrap_or_else(|| panic!("not logfmt: {line:?}"))
 }
 
 fn get<'a>(pairs: &'a [(String, String)], key: &str) -> &'a str {

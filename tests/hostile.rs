@@ -61,8 +61,7 @@ per_mode! {
 /// How long drainit outlived `rec`'s own exit (as it noted it): call it
 /// right after `run.wait`.
 fn since_exit(rec: &Recorder) -> Duration {
-    let (_, at) = rec.end().expect("the worker noted its exit");
-    Duration::from_nanos(monotonic_ns().saturating_sub(at) as u64)
+    rec.since_end()
 }
 
 /// The orchestrator timeout of the fork bomb runs: its SIGKILL is the bound.

@@ -79,7 +79,9 @@ fn recorder_children_orphans_and_attempts() {
     assert_eq!(&backoff["delay"], "10ms", "{}", run.log());
     let ns = run.ns_proc();
     let (w, c, o) = (worker.attempt(2).pid().unwrap(), child.pid().unwrap(), orphan.pid().unwrap());
-    let (ws, cs, os) = (ns.stat(w).unwrap(), ns.stat(c).unwrap(), ns.stat(o).unwrap());
+    // The orphan may note that it is ready before its parent has exited.
+    let os = wait_for(secs(5), || ns.stat(o).filter(|s| s.ppid == 1)).unwrap_or_else(|| ns.stat(o).unwrap());
+    let (ws, cs) = (ns.stat(w).unwrap(), ns.stat(c).unwrap());
     assert_eq!((cs.ppid, cs.pgrp), (w, ws.pgrp), "the child is in the worker's group");
     assert_eq!((os.ppid, os.session), (1, o), "the orphan went to PID 1, in its own session");
     run.signal(libc::SIGTERM);
@@ -150,4 +152,22 @@ fn the_watchdog_kills_a_run_that_overstays() {
     let message = *failed.expect_err("the watchdog's kill is a failure").downcast::<String>().unwrap();
     assert!(message.contains("watchdog"), "{message}");
     assert!(wait_until(secs(5), || !alive(leftover)), "the worker's orphan was killed too");
+}
+
+/// A tool the suite needs and the machine lacks fails the test, naming the
+/// package to install; it never passes silently.
+#[test]
+#[should_panic(expected = "apt-get install -y no-such-package")]
+fn a_missing_tool_fails_naming_its_package() {
+    let _ = need_program("drainit-no-such-tool", "no-such-package");
+}
+
+#[test]
+fn tagged_events_and_logfmt() {
+    let log = "lease-worker: event=release outcome=released token=2\ndrainit: event=exit code=0\n";
+    let worker = parse_events_tagged("lease-worker", log);
+    assert_eq!(worker.len(), 1);
+    assert_eq!((&worker[0]["outcome"], worker[0].num("token")), ("released", 2));
+    assert_eq!(parse_events(log).len(), 1, "drainit's own lines only");
+    assert_eq!(logfmt(r#"a=1 b="x \"y\"""#).unwrap(), [("a".into(), "1".into()), ("b".into(), "x \"y\"".into())]);
 }

@@ -5,410 +5,215 @@
 //! and `release` never frees a lease a newer holder took.
 //!
 //! The worker is `examples/lease-worker/worker.py` (python3, standard library only),
-//! with its queue and lease in a real SQLite file. Each test gets its own temp dir,
-//! database and host name, so the tests can run in parallel. Every wait polls with a
-//! deadline, and a watchdog fails (and cleans up) a test that hangs anyway.
+//! with its queue and lease in a real SQLite file. Each test gets its own scratch dir,
+//! database and host name, so the tests can run in parallel. Everything runs through
+//! the kit: drainit, the plain workers and the `worker.py` tools are kit runs, so
+//! every wait is bounded and a watchdog kills a run that hangs anyway.
 //!
-//! Needs root for scenario 2 (`unshare --pid`).
+//! Needs root for the scenarios in a PID namespace.
+
+mod kit;
+use kit::*;
 
 use std::collections::HashMap;
-use std::fs;
-use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::mpsc;
-use std::thread;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
-const DRAINIT: &str = env!("CARGO_BIN_EXE_drainit");
-const POLL: Duration = Duration::from_millis(20);
-
-fn worker_py() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/lease-worker/worker.py")
+fn worker_py() -> String {
+    path_str(&Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/lease-worker/worker.py"))
 }
 
 /// The `--finish` program of the example: `worker.py release`, configured by LEASE_*.
 fn release_script() -> String {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/lease-worker/release").display().to_string()
+    path_str(&Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/lease-worker/release"))
 }
+
+/// The kit's watchdog for every run of a scenario.
+const WATCHDOG: Duration = Duration::from_secs(90);
 
 // ---------------------------------------------------------------------------
-// processes
+// one scenario's sandbox: scratch dir, database, host name
 
-fn send(pid: u32, sig: libc::c_int) {
-    // SAFETY: plain kill(2) on a pid we started (or found as its child).
-    unsafe {
-        libc::kill(pid as libc::pid_t, sig);
-    }
+/// A `worker.py` tool run to its end: its status, stdout and stderr.
+struct Output {
+    ended: Ended,
+    stdout: String,
+    stderr: String,
 }
-
-/// Live (non-zombie) processes whose command line mentions `needle`.
-fn procs_mentioning(needle: &str) -> Vec<(u32, String)> {
-    let me = std::process::id();
-    let mut out = Vec::new();
-    let Ok(dir) = fs::read_dir("/proc") else {
-        return out;
-    };
-    for e in dir.flatten() {
-        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
-            continue;
-        };
-        if pid == me {
-            continue;
-        }
-        let Ok(raw) = fs::read(format!("/proc/{pid}/cmdline")) else {
-            continue;
-        };
-        let cmd = String::from_utf8_lossy(&raw).replace('\0', " ");
-        if !cmd.contains(needle) {
-            continue;
-        }
-        if proc_state(pid) == Some('Z') {
-            continue;
-        }
-        out.push((pid, cmd.trim().to_string()));
-    }
-    out
-}
-
-fn proc_stat_fields(pid: u32) -> Option<Vec<String>> {
-    let s = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let rest = &s[s.rfind(')')? + 1..];
-    Some(rest.split_whitespace().map(str::to_string).collect())
-}
-
-fn proc_state(pid: u32) -> Option<char> {
-    proc_stat_fields(pid)?.first()?.chars().next()
-}
-
-fn children_of(parent: u32) -> Vec<u32> {
-    let mut out = Vec::new();
-    if let Ok(dir) = fs::read_dir("/proc") {
-        for e in dir.flatten() {
-            let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
-                continue;
-            };
-            if let Some(f) = proc_stat_fields(pid)
-                && f.get(1).and_then(|p| p.parse::<u32>().ok()) == Some(parent)
-            {
-                out.push(pid);
-            }
-        }
-    }
-    out
-}
-
-fn kill_everything_mentioning(needle: &str) {
-    for (pid, _) in procs_mentioning(needle) {
-        send(pid, libc::SIGKILL);
-    }
-}
-
-fn wait_exit(child: &mut Child, limit: Duration) -> Option<ExitStatus> {
-    let end = Instant::now() + limit;
-    loop {
-        if let Some(st) = child.try_wait().expect("try_wait") {
-            return Some(st);
-        }
-        if Instant::now() >= end {
-            return None;
-        }
-        thread::sleep(POLL);
-    }
-}
-
-/// The shell-style code: exit code, or 128+N for death by signal N.
-fn code_of(st: ExitStatus) -> i32 {
-    st.code().unwrap_or_else(|| 128 + st.signal().unwrap_or(0))
-}
-
-fn poll_until<T>(what: &str, limit: Duration, mut f: impl FnMut() -> Option<T>) -> T {
-    let end = Instant::now() + limit;
-    loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        assert!(Instant::now() < end, "timed out after {limit:?} waiting for {what}");
-        thread::sleep(POLL);
-    }
-}
-
-/// Nothing of the test's own environment that drainit or the worker would act on: a
-/// `NOTIFY_SOCKET` of whatever runs the tests would get the worker's messages.
-fn scrub_env(c: &mut Command) {
-    for (k, _) in std::env::vars() {
-        if k.starts_with("DRAINIT_") || k.starts_with("LEASE_") || k.starts_with("WATCHDOG_") || k == "NOTIFY_SOCKET" {
-            c.env_remove(&k);
-        }
-    }
-}
-
-// ---------------------------------------------------------------------------
-// watchdog: a hung test fails instead of hanging the suite
-
-struct Watchdog {
-    tx: Option<mpsc::Sender<()>>,
-    handle: Option<thread::JoinHandle<()>>,
-}
-
-impl Watchdog {
-    fn new(name: &str, limit: Duration, needle: String) -> Self {
-        let (tx, rx) = mpsc::channel::<()>();
-        let name = name.to_string();
-        let handle = thread::spawn(move || {
-            if let Err(mpsc::RecvTimeoutError::Timeout) = rx.recv_timeout(limit) {
-                eprintln!("WATCHDOG: test {name} still running after {limit:?}; killing its processes");
-                kill_everything_mentioning(&needle);
-                std::process::exit(101);
-            }
-        });
-        Watchdog { tx: Some(tx), handle: Some(handle) }
-    }
-}
-
-impl Drop for Watchdog {
-    fn drop(&mut self) {
-        drop(self.tx.take());
-        if let Some(h) = self.handle.take() {
-            let _ = h.join();
-        }
-    }
-}
-
-// ---------------------------------------------------------------------------
-// one scenario's sandbox: temp dir, database, host name; cleans up on drop
 
 struct Sandbox {
     name: String,
-    dir: PathBuf,
+    dir: Scratch,
     db: PathBuf,
     host: String,
     stale: &'static str,
-    _watchdog: Watchdog,
 }
 
 impl Sandbox {
     fn new(name: &str, stale: &'static str, jobs: u32) -> Self {
-        let nanos = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos();
-        let dir = std::env::temp_dir().join(format!("drainit-lease-worker-{name}-{}-{nanos}", std::process::id()));
-        fs::create_dir_all(&dir).unwrap();
-        let watchdog = Watchdog::new(name, Duration::from_secs(90), dir.display().to_string());
+        let dir = Scratch::new(&format!("lease-worker-{name}"));
         let sb = Sandbox {
             name: name.to_string(),
-            db: dir.join("queue.db"),
+            db: dir.path("queue.db"),
             host: format!("{name}-{}", std::process::id()),
             stale,
             dir,
-            _watchdog: watchdog,
         };
         let out = sb.tool("init", &["--jobs", &jobs.to_string()]);
-        assert!(out.status.success(), "init failed: {}", String::from_utf8_lossy(&out.stderr));
+        assert_eq!(out.ended.code, Some(0), "init failed: {}", out.stderr);
         sb
-    }
-
-    fn needle(&self) -> String {
-        self.dir.display().to_string()
-    }
-
-    fn log_path(&self, n: u32) -> PathBuf {
-        self.dir.join(format!("run{n}.log"))
-    }
-
-    fn read_log(&self, n: u32) -> String {
-        fs::read_to_string(self.log_path(n)).unwrap_or_default()
     }
 
     /// The token file of this sandbox's "container" (never the shared default in /tmp).
     fn token_file(&self) -> PathBuf {
-        self.dir.join("token")
+        self.dir.path("token")
     }
 
-    fn common_args(&self) -> Vec<String> {
-        vec![
-            "--db".into(),
-            self.db.display().to_string(),
-            "--host".into(),
-            self.host.clone(),
-            "--stale".into(),
-            self.stale.into(),
-            "--token-file".into(),
-            self.token_file().display().to_string(),
-        ]
+    /// `python3 worker.py SUB --db ... --host ... --stale ... --token-file ... EXTRA...`.
+    fn worker_argv(&self, sub: &str, extra: &[&str]) -> Vec<String> {
+        let python = path_str(&need_program("python3", "python3"));
+        let mut argv = vec![python, worker_py(), sub.into()];
+        argv.extend(["--db".into(), path_str(&self.db), "--host".into(), self.host.clone()]);
+        argv.extend(["--stale".into(), self.stale.into(), "--token-file".into(), path_str(&self.token_file())]);
+        argv.extend(extra.iter().map(|s| s.to_string()));
+        argv
     }
 
     /// The same settings as variables: how the finish program, which drainit runs
     /// without arguments, gets them.
     fn lease_env(&self) -> Vec<(String, String)> {
         vec![
-            ("LEASE_DB".into(), self.db.display().to_string()),
+            ("LEASE_DB".into(), path_str(&self.db)),
             ("LEASE_HOST".into(), self.host.clone()),
             ("LEASE_STALE".into(), self.stale.into()),
-            ("LEASE_TOKEN_FILE".into(), self.token_file().display().to_string()),
+            ("LEASE_TOKEN_FILE".into(), path_str(&self.token_file())),
         ]
     }
 
-    fn python(&self) -> Command {
-        let mut c = Command::new("python3");
-        c.arg(worker_py());
-        scrub_env(&mut c);
-        c.current_dir(&self.dir).stdin(Stdio::null());
-        c
+    /// `argv` as a kit run in this sandbox: in its directory, with nothing of the
+    /// test's own LEASE_* settings, and `env` added.
+    fn start(&self, b: Builder, env: &[(String, String)]) -> Running {
+        let b = env
+            .iter()
+            .fold(b.current_dir(&self.dir.0).env_remove_prefix("LEASE_").watchdog(WATCHDOG), |b, (k, v)| b.env(k, v));
+        b.spawn()
     }
 
-    /// `worker.py init|status|sweep ...`, run to completion.
-    fn tool(&self, sub: &str, extra: &[&str]) -> std::process::Output {
-        let mut c = self.python();
-        c.arg(sub).args(self.common_args()).args(extra);
-        c.output().expect("run python3 worker.py")
+    /// `worker.py init|status|sweep|release ...`, run to its end.
+    fn tool_env(&self, sub: &str, extra: &[&str], env: &[(String, String)]) -> Output {
+        let mut run = self.start(launch(Mode::Subreaper, self.worker_argv(sub, extra)), env);
+        let ended = run.wait(secs(30));
+        Output { ended, stdout: run.stdout(), stderr: run.log() }
+    }
+
+    fn tool(&self, sub: &str, extra: &[&str]) -> Output {
+        self.tool_env(sub, extra, &[])
     }
 
     fn status(&self) -> Status {
         let out = self.tool("status", &[]);
-        assert!(out.status.success(), "status failed: {}", String::from_utf8_lossy(&out.stderr));
-        Status::parse(&String::from_utf8_lossy(&out.stdout))
+        assert_eq!(out.ended.code, Some(0), "status failed: {}", out.stderr);
+        Status::parse(&out.stdout)
     }
 
     fn sweep(&self) -> (u32, String) {
         let out = self.tool("sweep", &[]);
-        let err = String::from_utf8_lossy(&out.stderr).to_string();
-        assert!(out.status.success(), "sweep failed: {err}");
-        let line = err.lines().find(|l| l.contains("event=sweep ")).expect("sweep summary line");
-        (kv(line)["requeued"].parse().unwrap(), err)
+        assert_eq!(out.ended.code, Some(0), "sweep failed: {}", out.stderr);
+        let sweep = worker_events(&out.stderr, "sweep");
+        let line = sweep.first().unwrap_or_else(|| panic!("no sweep summary line: {}", out.stderr));
+        (line["requeued"].parse().unwrap(), out.stderr)
     }
 
     /// `worker.py release` with `token_file`, as drainit's finish program would run it
     /// after a SIGKILL: its `event=release` line as key/value pairs, and all it logged.
     fn release(&self, token_file: &Path) -> (HashMap<String, String>, String) {
-        let mut c = self.python();
-        c.arg("release").args(self.common_args()).arg("--token-file").arg(token_file);
-        c.env("DRAINIT_WORKER_STATUS", "signal:SIGKILL").env("DRAINIT_DEADLINE_REACHED", "0");
-        let out = c.output().expect("run python3 worker.py release");
-        let err = String::from_utf8_lossy(&out.stderr).to_string();
-        assert!(out.status.success(), "release failed: {err}");
-        let line =
-            err.lines().find(|l| l.contains("event=release ")).unwrap_or_else(|| panic!("no release line: {err}"));
-        (kv(line), err)
+        let file = path_str(token_file);
+        let env = [
+            ("DRAINIT_WORKER_STATUS".to_string(), "signal:SIGKILL".to_string()),
+            ("DRAINIT_DEADLINE_REACHED".to_string(), "0".to_string()),
+        ];
+        let out = self.tool_env("release", &["--token-file", &file], &env);
+        assert_eq!(out.ended.code, Some(0), "release failed: {}", out.stderr);
+        let release = worker_events(&out.stderr, "release");
+        let line = release.into_iter().next().unwrap_or_else(|| panic!("no release line: {}", out.stderr));
+        (line, out.stderr)
     }
 
     /// `python3 worker.py run ...` without drainit (a worker of another "container"),
-    /// with its own token file; stdout and stderr appended to run<n>.log.
-    fn spawn_plain(&self, n: u32, token_file: &Path, worker_args: &[&str]) -> Child {
-        let mut c = self.python();
-        c.arg("run").args(self.common_args()).arg("--token-file").arg(token_file).args(worker_args);
-        let log = fs::OpenOptions::new().create(true).append(true).open(self.log_path(n)).unwrap();
-        c.stdout(log.try_clone().unwrap()).stderr(log);
-        c.spawn().expect("spawn python3 worker.py run")
+    /// with its own token file.
+    fn spawn_plain(&self, token_file: &Path, worker_args: &[&str]) -> Running {
+        let file = path_str(token_file);
+        let extra: Vec<&str> = ["--token-file", file.as_str()].into_iter().chain(worker_args.iter().copied()).collect();
+        self.start(launch(Mode::Subreaper, self.worker_argv("run", &extra)), &[])
     }
 
-    /// `[unshare --pid --fork --mount-proc] drainit DRAINIT_ARGS -- python3 worker.py run ...`,
-    /// stdout and stderr appended to run<n>.log.
-    fn spawn(&self, n: u32, pid_ns: bool, drainit_args: &[&str], worker_args: &[&str]) -> Child {
-        self.spawn_env(n, pid_ns, drainit_args, worker_args, &[])
+    /// `drainit DRAINIT_ARGS -- python3 worker.py run ...` in `mode` (PID 1 of its own
+    /// namespace, as in a container, or a plain child of the test), with `env` added
+    /// to drainit's environment (and so the worker's and the finish program's).
+    fn spawn(&self, mode: Mode, drainit_args: &[&str], worker_args: &[&str], env: &[(String, String)]) -> Running {
+        let mut args: Vec<String> = drainit_args.iter().map(|s| s.to_string()).collect();
+        args.push("--".into());
+        args.extend(self.worker_argv("run", worker_args));
+        self.start(drainit(mode, args), env)
     }
 
-    /// `spawn`, with `env` added to drainit's environment (and so the worker's and the
-    /// finish program's).
-    fn spawn_env(
-        &self,
-        n: u32,
-        pid_ns: bool,
-        drainit_args: &[&str],
-        worker_args: &[&str],
-        env: &[(String, String)],
-    ) -> Child {
-        let mut c = if pid_ns {
-            let mut c = Command::new("unshare");
-            c.args(["--pid", "--fork", "--mount-proc", DRAINIT]);
-            c
-        } else {
-            Command::new(DRAINIT)
-        };
-        c.args(drainit_args).arg("--").arg("python3").arg(worker_py()).arg("run");
-        c.args(self.common_args()).args(worker_args);
-        scrub_env(&mut c);
-        c.envs(env.iter().map(|(k, v)| (k, v)));
-        let log = fs::OpenOptions::new().create(true).append(true).open(self.log_path(n)).unwrap();
-        c.current_dir(&self.dir).stdin(Stdio::null()).stdout(log.try_clone().unwrap()).stderr(log);
-        c.spawn().expect("spawn drainit")
-    }
-
-    fn wait_log(&self, n: u32, what: &str, limit: Duration, pred: impl Fn(&str) -> bool) -> String {
-        let end = Instant::now() + limit;
-        loop {
-            let log = self.read_log(n);
-            if pred(&log) {
-                return log;
-            }
-            assert!(
-                Instant::now() < end,
-                "[{}] timed out after {limit:?} waiting for {what}; run{n}.log:\n{log}",
-                self.name
-            );
-            thread::sleep(POLL);
-        }
+    /// Wait for `run`'s log to satisfy `pred`; the log then.
+    fn wait_log(&self, run: &Running, what: &str, limit: Duration, pred: impl Fn(&str) -> bool) -> String {
+        let found = wait_for(limit, || {
+            let log = run.log();
+            pred(&log).then_some(log)
+        });
+        found.unwrap_or_else(|| {
+            panic!("[{}] timed out after {limit:?} waiting for {what}; log:\n{}", self.name, run.log())
+        })
     }
 
     /// Mid-job: at least one job done and one running, as the database says.
-    fn wait_mid_job(&self, n: u32) -> Status {
-        self.wait_log(n, "a second job_started", Duration::from_secs(20), |l| {
-            l.matches("event=job_started").count() >= 2
-        });
-        poll_until("a running job (mid-job)", Duration::from_secs(10), || {
+    fn wait_mid_job(&self, run: &Running) -> Status {
+        self.wait_log(run, "a second job_started", secs(20), |l| l.matches("event=job_started").count() >= 2);
+        let status = wait_for(secs(10), || {
             let s = self.status();
             (s.running == 1 && s.done >= 1).then_some(s)
-        })
+        });
+        status.unwrap_or_else(|| panic!("[{}] no running job (mid-job) within 10s: {:?}", self.name, self.status()))
     }
 
     /// Nothing that this sandbox started may still be alive.
     fn assert_nothing_left(&self, after: &str) {
-        let needle = self.needle();
-        let end = Instant::now() + Duration::from_secs(2);
-        loop {
-            let left = procs_mentioning(&needle);
-            if left.is_empty() {
-                return;
-            }
-            if Instant::now() >= end {
-                kill_everything_mentioning(&needle);
-                panic!("[{}] processes still alive {after}: {left:?}", self.name);
-            }
-            thread::sleep(POLL);
+        let needle = self.dir.str();
+        if !wait_until(secs(2), || HOST.alive_mentioning(&needle).is_empty()) {
+            let left: Vec<(i32, String)> =
+                HOST.alive_mentioning(&needle).into_iter().map(|p| (p, HOST.comm(p))).collect();
+            panic!("[{}] processes still alive {after}: {left:?}", self.name);
         }
     }
 }
 
 impl Drop for Sandbox {
     fn drop(&mut self) {
-        kill_everything_mentioning(&self.needle());
-        if thread::panicking() {
-            for n in 1..=3 {
-                let log = self.read_log(n);
-                if !log.is_empty() {
-                    eprintln!("---- [{}] run{n}.log ----\n{log}", self.name);
-                }
+        // Whatever a failed scenario left (its runs kill theirs when dropped).
+        for p in HOST.alive_mentioning(&self.dir.str()) {
+            if let Ok(fd) = Pidfd::try_open(p) {
+                let _ = fd.send(libc::SIGKILL);
             }
-            // No asserting here: a second panic while unwinding would abort.
-            let out = self.tool("status", &[]);
-            eprintln!(
-                "---- [{}] status ----\n{}{}",
-                self.name,
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            );
         }
-        let _ = fs::remove_dir_all(&self.dir);
+        if std::thread::panicking() {
+            // No asserting, and no waiting without a bound: a second panic while
+            // unwinding would abort.
+            let mut run = self.start(launch(Mode::Subreaper, self.worker_argv("status", &[])), &[]);
+            if wait_until(secs(10), || run.try_ended()) {
+                eprintln!("---- [{}] status ----\n{}{}", self.name, run.stdout(), run.log());
+            }
+        }
     }
 }
 
 // ---------------------------------------------------------------------------
 // parsing
 
-/// logfmt-ish `key=value` pairs of one line (values without spaces, as both logs use).
-fn kv(line: &str) -> HashMap<String, String> {
-    line.split_whitespace()
-        .filter_map(|p| p.split_once('='))
-        .map(|(k, v)| (k.to_string(), v.trim_matches('"').to_string()))
-        .collect()
+/// The pairs of a `key=value ...` text (a token file's line), as a map.
+fn pairs(text: &str) -> HashMap<String, String> {
+    logfmt(text.trim()).unwrap_or_else(|| panic!("not key=value pairs: {text:?}")).into_iter().collect()
 }
 
 #[derive(Debug, Default)]
@@ -433,27 +238,30 @@ struct Status {
 }
 
 impl Status {
+    /// `worker.py status`'s stdout: `job k=v ...`, `lease k=v ...`, `summary k=v ...`.
     fn parse(text: &str) -> Status {
         let mut s = Status::default();
         for line in text.lines() {
-            let m = kv(line);
+            let Some((kind, rest)) = line.split_once(' ') else { continue };
+            let m = pairs(rest);
             let num = |k: &str| m.get(k).and_then(|v| v.parse::<u32>().ok()).unwrap_or(0);
-            if line.starts_with("job ") {
-                s.jobs.push(Job {
+            match kind {
+                "job" => s.jobs.push(Job {
                     id: num("id"),
                     status: m["status"].clone(),
                     attempts: num("attempts"),
                     completions: num("completions"),
-                });
-            } else if line.starts_with("lease ") {
-                s.leases.push(m);
-            } else if line.starts_with("summary ") {
-                s.total = num("jobs");
-                s.queued = num("queued");
-                s.running = num("running");
-                s.done = num("done");
-                s.completions = num("completions");
-                s.duplicates = num("duplicates");
+                }),
+                "summary" => {
+                    s.total = num("jobs");
+                    s.queued = num("queued");
+                    s.running = num("running");
+                    s.done = num("done");
+                    s.completions = num("completions");
+                    s.duplicates = num("duplicates");
+                }
+                "lease" => s.leases.push(m),
+                _ => {}
             }
         }
         assert_eq!(s.total as usize, s.jobs.len(), "bad status output:\n{text}");
@@ -461,29 +269,23 @@ impl Status {
     }
 }
 
-/// Every drainit line with `event=NAME`, as key/value maps, in order.
+/// Every `TAG: event=NAME` line of a log, as key/value maps, in order.
+fn events(tag: &str, log: &str, name: &str) -> Vec<HashMap<String, String>> {
+    parse_events_tagged(tag, log)
+        .into_iter()
+        .filter(|e| e.name == name)
+        .map(|e| e.fields.into_iter().collect())
+        .collect()
+}
+
+/// drainit's events named `name`.
 fn drainit_events(log: &str, name: &str) -> Vec<HashMap<String, String>> {
-    let tag = format!("event={name}");
-    log.lines().filter(|l| l.starts_with("drainit:") && l.split_whitespace().any(|w| w == tag)).map(kv).collect()
+    events("drainit", log, name)
 }
 
-/// Every lease-worker line with `event=NAME` (the worker's and `release`'s), in order.
+/// The lease worker's events named `name` (the worker's and `release`'s), in order.
 fn worker_events(log: &str, name: &str) -> Vec<HashMap<String, String>> {
-    let tag = format!("event={name}");
-    log.lines().filter(|l| l.starts_with("lease-worker:") && l.split_whitespace().any(|w| w == tag)).map(kv).collect()
-}
-
-/// A duration as drainit logs it (`950ms`, `2s`, `2.004s`, `1m`).
-fn parse_shown(text: &str) -> Duration {
-    if let Some(ms) = text.strip_suffix("ms") {
-        Duration::from_millis(ms.parse().unwrap())
-    } else if let Some(s) = text.strip_suffix('s') {
-        Duration::from_secs_f64(s.parse().unwrap())
-    } else if let Some(m) = text.strip_suffix('m') {
-        Duration::from_secs(60 * m.parse::<u64>().unwrap())
-    } else {
-        panic!("not a duration drainit shows: {text:?}")
-    }
+    events("lease-worker", log, name)
 }
 
 fn line_index(log: &str, pred: impl Fn(&str) -> bool) -> Option<usize> {
@@ -538,21 +340,20 @@ fn assert_every_job_done_once(s: &Status, interrupted: u32) {
 fn sigterm_mid_job_hands_the_job_back() {
     let sb = Sandbox::new("sigterm", "3s", JOBS);
     let mut drainit = sb.spawn(
-        1,
-        false,
+        Mode::Subreaper,
         &["--grace", "5s", "--orchestrator-timeout", "10s"],
         &["--heartbeat", "300ms", "--step", "100ms", "--steps", "5"],
+        &[],
     );
-    let before = sb.wait_mid_job(1);
+    let before = sb.wait_mid_job(&drainit);
     assert_eq!(before.running, 1);
 
     let t0 = Instant::now();
-    send(drainit.id(), libc::SIGTERM);
-    let st = wait_exit(&mut drainit, Duration::from_secs(8))
-        .unwrap_or_else(|| panic!("drainit still running 8s after SIGTERM (grace 5s); log:\n{}", sb.read_log(1)));
+    drainit.signal(libc::SIGTERM);
+    let st = drainit.wait(secs(8));
     let took = t0.elapsed();
-    let log = sb.read_log(1);
-    assert_eq!(code_of(st), 0, "drainit exit status {st:?}; log:\n{log}");
+    let log = drainit.log();
+    assert_eq!(st.shell_code(), 0, "drainit exit status {st:?}; log:\n{log}");
     assert!(took < Duration::from_millis(2500), "drainit took {took:?} of a 5s grace; log:\n{log}");
     sb.assert_nothing_left("after drainit exited");
 
@@ -562,11 +363,9 @@ fn sigterm_mid_job_hands_the_job_back() {
     assert!(drainit_events(&log, "deadline_reached").is_empty(), "no deadline expected; log:\n{log}");
     let exit = drainit_events(&log, "exit");
     assert_eq!(exit.last().map(|e| e["code"].as_str()), Some("0"), "log:\n{log}");
-    let wexit = log
-        .lines()
-        .find(|l| l.starts_with("lease-worker: event=exit "))
-        .unwrap_or_else(|| panic!("worker exit line missing; log:\n{log}"));
-    let w = kv(wexit);
+    let wexits = worker_events(&log, "exit");
+    let w = wexits.first().unwrap_or_else(|| panic!("worker exit line missing; log:\n{log}"));
+    let wexit = format!("{w:?}");
     assert_eq!(w["code"], "0", "{wexit}");
     assert_eq!(w["in_flight"], "1", "{wexit}");
     assert_eq!(w["requeued"], "1", "{wexit}");
@@ -594,26 +393,16 @@ fn sigkill_of_the_namespace_then_restart_backs_off_and_reclaims() {
     let sb = Sandbox::new("sigkill", "3s", JOBS);
     let worker_args = ["--heartbeat", "300ms", "--step", "100ms", "--steps", "4"];
     let drainit_args = ["--grace", "3s", "--orchestrator-timeout", "10s", "--backoff-timeout", "30s"];
-    let mut unshare = sb.spawn(1, true, &drainit_args, &worker_args);
+    // drainit is PID 1 inside the namespace; `pid` is its pid as the test sees it.
+    let mut first = sb.spawn(Mode::Pid1, &drainit_args, &worker_args, &[]);
+    let pid1 = first.pid;
+    sb.wait_mid_job(&first);
 
-    // drainit is unshare's child, PID 1 inside the namespace.
-    let pid1 = poll_until("drainit as unshare's child", Duration::from_secs(10), || {
-        children_of(unshare.id()).into_iter().find(|&c| {
-            fs::read_link(format!("/proc/{c}/exe"))
-                .map(|p| p.file_name().is_some_and(|n| n == "drainit"))
-                .unwrap_or(false)
-        })
-    });
-    sb.wait_mid_job(1);
-
-    send(pid1, libc::SIGKILL);
-    // unshare exits once its child is gone. (Its status is not checked: util-linux 2.38
-    // tries to re-raise the child's SIGKILL on itself, fails, and exits 1.)
-    wait_exit(&mut unshare, Duration::from_secs(10)).expect("unshare exits once its child is killed");
-    assert!(
-        fs::metadata(format!("/proc/{pid1}")).is_err() || proc_state(pid1) == Some('Z'),
-        "drainit (pid {pid1}) survived SIGKILL"
-    );
+    first.signal(libc::SIGKILL);
+    // The kit's launcher ends as drainit did.
+    let ended = first.wait(secs(10));
+    assert_eq!(ended.signal, Some(libc::SIGKILL), "drainit (pid {pid1}) survived SIGKILL: {ended:?}");
+    assert!(!alive(pid1), "drainit (pid {pid1}) survived SIGKILL");
     // The kernel killed everything in the namespace with its PID 1.
     sb.assert_nothing_left("after SIGKILL of the namespace's PID 1");
     let s = sb.status();
@@ -625,12 +414,11 @@ fn sigkill_of_the_namespace_then_restart_backs_off_and_reclaims() {
 
     // A fresh container at once.
     let t0 = Instant::now();
-    let mut unshare = sb.spawn(2, true, &drainit_args, &worker_args);
-    let st = wait_exit(&mut unshare, Duration::from_secs(40))
-        .unwrap_or_else(|| panic!("restarted run did not finish in 40s; log:\n{}", sb.read_log(2)));
+    let mut second = sb.spawn(Mode::Pid1, &drainit_args, &worker_args, &[]);
+    let st = second.wait(secs(40));
     let took = t0.elapsed();
-    let log = sb.read_log(2);
-    assert_eq!(code_of(st), 0, "restarted drainit {st:?}; log:\n{log}");
+    let log = second.log();
+    assert_eq!(st.shell_code(), 0, "restarted drainit {st:?}; log:\n{log}");
     sb.assert_nothing_left("after the restarted run");
 
     // First attempt: lease fresh -> exit 75 -> backoff.
@@ -649,7 +437,8 @@ fn sigkill_of_the_namespace_then_restart_backs_off_and_reclaims() {
     let i_reclaim = line_index(&log, |l| l.starts_with("lease-worker: event=lease_reclaimed"))
         .unwrap_or_else(|| panic!("no lease_reclaimed; log:\n{log}"));
     assert!(i_backoff < i_reclaim, "reclaim before backoff? log:\n{log}");
-    let reclaim = kv(log.lines().nth(i_reclaim).unwrap());
+    let reclaimed = worker_events(&log, "lease_reclaimed");
+    let reclaim = &reclaimed[0];
     assert_eq!(reclaim["requeued"], "1", "the dead worker's job is requeued; log:\n{log}");
     assert!(
         reclaim["token"].parse::<u32>().unwrap() > reclaim["old_token"].parse::<u32>().unwrap(),
@@ -740,24 +529,22 @@ fn sigkill_of_the_namespace_then_restart_with_the_sweep_needs_no_backoff() {
 fn ignored_sigterm_hits_the_deadline_and_the_sweeper_recovers() {
     let sb = Sandbox::new("deadline", "3s", 3);
     let mut drainit = sb.spawn(
-        1,
-        false,
+        Mode::Subreaper,
         &["--grace", "1s", "--orchestrator-timeout", "3s"],
         &["--heartbeat", "300ms", "--step", "1s", "--steps", "30", "--ignore-sigterm", "--long-step"],
+        &[],
     );
-    sb.wait_log(1, "the long step", Duration::from_secs(20), |l| l.contains("event=long_step"));
+    sb.wait_log(&drainit, "the long step", secs(20), |l| l.contains("event=long_step"));
 
     let t0 = Instant::now();
-    send(drainit.id(), libc::SIGTERM);
+    drainit.signal(libc::SIGTERM);
     // The simulated orchestrator SIGKILLs at 3s: drainit must be gone before.
-    let st = wait_exit(&mut drainit, Duration::from_secs(3));
+    let gone = wait_until(secs(3), || drainit.try_ended());
     let took = t0.elapsed();
-    let Some(st) = st else {
-        send(drainit.id(), libc::SIGKILL);
-        panic!("orchestrator timeout (3s) reached before drainit exited; log:\n{}", sb.read_log(1));
-    };
-    let log = sb.read_log(1);
-    assert_eq!(code_of(st), 137, "drainit {st:?}; log:\n{log}");
+    assert!(gone, "orchestrator timeout (3s) reached before drainit exited; log:\n{}", drainit.log());
+    let st = drainit.wait(secs(1));
+    let log = drainit.log();
+    assert_eq!(st.shell_code(), 137, "drainit {st:?}; log:\n{log}");
     assert!(took >= Duration::from_millis(900), "deadline came early: {took:?}; log:\n{log}");
     sb.assert_nothing_left("after the deadline");
     assert_eq!(drainit_events(&log, "deadline_reached").len(), 1, "log:\n{log}");
@@ -773,17 +560,18 @@ fn ignored_sigterm_hits_the_deadline_and_the_sweeper_recovers() {
     let s = sb.status();
     assert_eq!(s.running, 1, "{s:?}");
     let mut sweeps_while_fresh = 0;
-    poll_until("the sweeper to requeue the orphan", Duration::from_secs(15), || {
+    let requeued = wait_until(secs(15), || {
         let (n, out) = sb.sweep();
-        for line in out.lines().filter(|l| l.contains("event=requeued ")) {
-            let age: f64 = kv(line)["lease_age"].trim_end_matches('s').parse().unwrap();
+        for line in worker_events(&out, "requeued") {
+            let age: f64 = line["lease_age"].trim_end_matches('s').parse().unwrap();
             assert!(age >= 3.0, "requeued under a fresh lease (stale is 3s):\n{out}");
         }
         if n == 0 {
             sweeps_while_fresh += 1;
         }
-        (n == 1).then_some(())
+        n == 1
     });
+    assert!(requeued, "the sweeper did not requeue the orphan within 15s: {:?}", sb.status());
     eprintln!("[deadline] {sweeps_while_fresh} sweeps found the lease still fresh");
     // A second sweep changes nothing.
     let (n, out) = sb.sweep();
@@ -809,29 +597,27 @@ fn finish_releases_the_lease_of_a_worker_killed_at_the_deadline() {
     let finish = release_script();
     let drainit_args = ["--grace", "1s", "--orchestrator-timeout", "5s", "--finish", finish.as_str()];
     let env = sb.lease_env();
-    let mut drainit = sb.spawn_env(
-        1,
-        false,
+    let mut drainit = sb.spawn(
+        Mode::Subreaper,
         &drainit_args,
         &["--heartbeat", "300ms", "--step", "1s", "--steps", "30", "--ignore-sigterm", "--long-step"],
         &env,
     );
-    sb.wait_log(1, "the long step", Duration::from_secs(20), |l| l.contains("event=long_step"));
+    sb.wait_log(&drainit, "the long step", secs(20), |l| l.contains("event=long_step"));
     let s = sb.status();
     assert_eq!(s.running, 1, "{s:?}");
     assert_eq!(s.leases[0]["state"], "fresh", "{s:?}");
     let interrupted = s.jobs.iter().find(|j| j.status == "running").map(|j| j.id).unwrap();
-    let recorded = fs::read_to_string(sb.token_file()).expect("the worker records its token");
-    assert_eq!(kv(&recorded)["token"], s.leases[0]["token"], "token file: {recorded:?}");
+    let recorded = std::fs::read_to_string(sb.token_file()).expect("the worker records its token");
+    assert_eq!(pairs(&recorded)["token"], s.leases[0]["token"], "token file: {recorded:?}");
 
-    send(drainit.id(), libc::SIGTERM);
+    drainit.signal(libc::SIGTERM);
     // The simulated orchestrator SIGKILLs at 5s: the kill and the finish program fit before.
-    let Some(st) = wait_exit(&mut drainit, Duration::from_secs(5)) else {
-        send(drainit.id(), libc::SIGKILL);
-        panic!("orchestrator timeout (5s) reached before drainit exited; log:\n{}", sb.read_log(1));
-    };
-    let log = sb.read_log(1);
-    assert_eq!(code_of(st), 137, "the finish program must not change the exit code; log:\n{log}");
+    let gone = wait_until(secs(5), || drainit.try_ended());
+    assert!(gone, "orchestrator timeout (5s) reached before drainit exited; log:\n{}", drainit.log());
+    let st = drainit.wait(secs(1));
+    let log = drainit.log();
+    assert_eq!(st.shell_code(), 137, "the finish program must not change the exit code; log:\n{log}");
     sb.assert_nothing_left("after drainit and its finish program exited");
     assert_eq!(drainit_events(&log, "deadline_reached").len(), 1, "log:\n{log}");
     let finished = drainit_events(&log, "finish_exited");
@@ -848,12 +634,11 @@ fn finish_releases_the_lease_of_a_worker_killed_at_the_deadline() {
 
     // A new "container" at once: the lease is free, no backoff.
     let mut drainit =
-        sb.spawn_env(2, false, &drainit_args, &["--heartbeat", "300ms", "--step", "100ms", "--steps", "2"], &env);
+        sb.spawn(Mode::Subreaper, &drainit_args, &["--heartbeat", "300ms", "--step", "100ms", "--steps", "2"], &env);
     // Well under the 30s a backoff until the stale threshold would take.
-    let st = wait_exit(&mut drainit, Duration::from_secs(20))
-        .unwrap_or_else(|| panic!("the new run did not finish in 20s; log:\n{}", sb.read_log(2)));
-    let log = sb.read_log(2);
-    assert_eq!(code_of(st), 0, "new drainit {st:?}; log:\n{log}");
+    let st = drainit.wait(secs(20));
+    let log = drainit.log();
+    assert_eq!(st.shell_code(), 0, "new drainit {st:?}; log:\n{log}");
     sb.assert_nothing_left("after the new run");
     assert!(drainit_events(&log, "backoff").is_empty(), "the released lease needs no backoff; log:\n{log}");
     assert!(worker_events(&log, "lease_busy").is_empty(), "log:\n{log}");
@@ -907,7 +692,7 @@ fn watchdog_stops_a_wedged_job_loop_and_finish_releases_its_lease() {
     let env = sb.lease_env();
     let mut wedge_env = env.clone();
     wedge_env.push(("LEASE_WEDGE_AT_JOB".into(), WEDGE_AT.to_string()));
-    let mut unshare = sb.spawn_env(1, true, &drainit_args, &worker_args, &wedge_env);
+    let mut first = sb.spawn(Mode::Pid1, &drainit_args, &worker_args, &wedge_env);
 
     // Watch the log and note when each milestone first shows (within one poll).
     let milestones = [
@@ -918,9 +703,8 @@ fn watchdog_stops_a_wedged_job_loop_and_finish_releases_its_lease() {
     ];
     let mut seen: HashMap<&str, Instant> = HashMap::new();
     let mut lease_during_wedge = None;
-    let end = Instant::now() + Duration::from_secs(30);
-    let st = loop {
-        let log = sb.read_log(1);
+    let ended = wait_until(secs(30), || {
+        let log = first.log();
         for m in milestones {
             if log.contains(m) {
                 seen.entry(m).or_insert_with(Instant::now);
@@ -931,20 +715,15 @@ fn watchdog_stops_a_wedged_job_loop_and_finish_releases_its_lease() {
         if lease_during_wedge.is_none() && seen.contains_key(milestones[1]) && !seen.contains_key(milestones[2]) {
             lease_during_wedge = Some(sb.status());
         }
-        if let Some(st) = unshare.try_wait().expect("try_wait") {
-            break st;
-        }
-        if Instant::now() >= end {
-            send(unshare.id(), libc::SIGKILL);
-            panic!("drainit still running 30s after its start; log:\n{}", sb.read_log(1));
-        }
-        thread::sleep(POLL);
-    };
+        first.try_ended()
+    });
     let exited_at = Instant::now();
-    let log = sb.read_log(1);
+    assert!(ended, "drainit still running 30s after its start; log:\n{}", first.log());
+    let st = first.wait(secs(1));
+    let log = first.log();
     let at = |m: &str| *seen.get(m).unwrap_or_else(|| panic!("no {m:?} seen; log:\n{log}"));
     let (wedged_at, expired_at, reaped_at) = (at(milestones[0]), at(milestones[1]), at(milestones[2]));
-    assert_eq!(code_of(st), 137, "the wedged worker dies at the grace deadline; log:\n{log}");
+    assert_eq!(st.shell_code(), 137, "the wedged worker dies at the grace deadline; log:\n{log}");
     sb.assert_nothing_left("after drainit and its finish program exited");
 
     let claimed = worker_events(&log, "lease_claimed");
@@ -974,7 +753,7 @@ fn watchdog_stops_a_wedged_job_loop_and_finish_releases_its_lease() {
     assert_eq!(e["interval"], "2s", "log:\n{log}");
     assert_eq!(e["signal"], "SIGTERM", "log:\n{log}");
     assert_eq!(e["status"], format!("job={wedged_job}"), "the last STATUS= came with the last ping; log:\n{log}");
-    let since = parse_shown(&e["since"]);
+    let since = parse_duration(&e["since"]).unwrap_or_else(|| panic!("since is no duration; log:\n{log}"));
     assert!(
         since >= INTERVAL && since < INTERVAL + Duration::from_millis(500),
         "expired {since:?} after the last ping (interval {INTERVAL:?}); log:\n{log}"
@@ -1021,12 +800,11 @@ fn watchdog_stops_a_wedged_job_loop_and_finish_releases_its_lease() {
 
     // The next "container", not wedged, under the same watchdog: the lease at once.
     let t0 = Instant::now();
-    let mut unshare = sb.spawn_env(2, true, &drainit_args, &worker_args, &env);
-    let st = wait_exit(&mut unshare, Duration::from_secs(20))
-        .unwrap_or_else(|| panic!("the new run did not finish in 20s; log:\n{}", sb.read_log(2)));
+    let mut second = sb.spawn(Mode::Pid1, &drainit_args, &worker_args, &env);
+    let st = second.wait(secs(20));
     let took = t0.elapsed();
-    let log = sb.read_log(2);
-    assert_eq!(code_of(st), 0, "new drainit {st:?}; log:\n{log}");
+    let log = second.log();
+    assert_eq!(st.shell_code(), 0, "new drainit {st:?}; log:\n{log}");
     sb.assert_nothing_left("after the new run");
     assert!(drainit_events(&log, "backoff").is_empty(), "the released lease needs no backoff; log:\n{log}");
     assert!(worker_events(&log, "lease_busy").is_empty(), "log:\n{log}");
@@ -1054,27 +832,25 @@ fn watchdog_stops_a_wedged_job_loop_and_finish_releases_its_lease() {
 #[test]
 fn release_never_frees_a_newer_holders_lease() {
     let sb = Sandbox::new("fenced", "2s", 3);
-    let (file_a, file_b) = (sb.dir.join("token-a"), sb.dir.join("token-b"));
+    let (file_a, file_b) = (sb.dir.path("token-a"), sb.dir.path("token-b"));
     let long = ["--heartbeat", "300ms", "--step", "1s", "--steps", "30", "--long-step"];
 
-    let mut a = sb.spawn_plain(1, &file_a, &long);
-    sb.wait_log(1, "A's long step", Duration::from_secs(20), |l| l.contains("event=long_step"));
-    assert_eq!(kv(&fs::read_to_string(&file_a).unwrap())["token"], "1");
-    send(a.id(), libc::SIGSTOP);
-    poll_until("A's lease to go stale", Duration::from_secs(10), || {
-        let s = sb.status();
-        (s.leases[0]["state"] == "stale").then_some(())
-    });
+    let mut a = sb.spawn_plain(&file_a, &long);
+    sb.wait_log(&a, "A's long step", secs(20), |l| l.contains("event=long_step"));
+    assert_eq!(pairs(&std::fs::read_to_string(&file_a).unwrap())["token"], "1");
+    a.signal(libc::SIGSTOP);
+    let stale = wait_until(secs(10), || sb.status().leases[0]["state"] == "stale");
+    assert!(stale, "A's lease did not go stale within 10s: {:?}", sb.status());
 
-    let mut b = sb.spawn_plain(2, &file_b, &long);
-    sb.wait_log(2, "B's long step", Duration::from_secs(20), |l| l.contains("event=long_step"));
-    let reclaimed = worker_events(&sb.read_log(2), "lease_reclaimed");
-    assert_eq!(reclaimed.len(), 1, "log:\n{}", sb.read_log(2));
+    let mut b = sb.spawn_plain(&file_b, &long);
+    sb.wait_log(&b, "B's long step", secs(20), |l| l.contains("event=long_step"));
+    let reclaimed = worker_events(&b.log(), "lease_reclaimed");
+    assert_eq!(reclaimed.len(), 1, "log:\n{}", b.log());
     assert_eq!(reclaimed[0]["token"], "2");
-    assert_eq!(kv(&fs::read_to_string(&file_b).unwrap())["token"], "2");
+    assert_eq!(pairs(&std::fs::read_to_string(&file_b).unwrap())["token"], "2");
 
-    send(a.id(), libc::SIGKILL);
-    wait_exit(&mut a, Duration::from_secs(5)).expect("A dies of SIGKILL");
+    a.signal(libc::SIGKILL);
+    assert_eq!(a.wait(secs(5)).signal, Some(libc::SIGKILL), "A dies of SIGKILL");
     for round in 1..=2 {
         let (ev, out) = sb.release(&file_a);
         let want = if round == 1 { "newer_holder" } else { "nothing_held" };
@@ -1084,11 +860,11 @@ fn release_never_frees_a_newer_holders_lease() {
         assert_eq!(s.running, 1, "B's job must stay running: {s:?}");
         assert_eq!(s.leases[0]["state"], "fresh", "B's lease must stay held: {s:?}");
         assert_eq!(s.leases[0]["token"], "2", "{s:?}");
-        assert_eq!(s.leases[0]["pid"], b.id().to_string(), "{s:?}");
+        assert_eq!(s.leases[0]["pid"], b.pid.to_string(), "{s:?}");
     }
 
-    send(b.id(), libc::SIGKILL);
-    wait_exit(&mut b, Duration::from_secs(5)).expect("B dies of SIGKILL");
+    b.signal(libc::SIGKILL);
+    assert_eq!(b.wait(secs(5)).signal, Some(libc::SIGKILL), "B dies of SIGKILL");
     let (ev, out) = sb.release(&file_b);
     assert_eq!(ev["outcome"], "released", "{out}");
     assert_eq!(ev["token"], "2", "{out}");

@@ -8,12 +8,6 @@ use kit::*;
 
 use std::time::Instant;
 
-/// Nanoseconds from `from` (CLOCK_MONOTONIC, as the recorder notes times)
-/// to `to`, as a Duration.
-fn between(from: u128, to: u128) -> std::time::Duration {
-    std::time::Duration::from_nanos(to.saturating_sub(from) as u64)
-}
-
 per_mode! {
     /// The worker hears SIGTERM the delay after drainit did, and drainit
     /// says when it went out.
@@ -101,7 +95,7 @@ per_mode! {
     /// The deadline is stop + grace, not stop + delay + grace.
     fn the_deadline_counts_from_the_stop(mode) {
         let dir = Scratch::new("delay-deadline");
-        let rec = Recorder::new(&dir, "w").term(Term::Ignore);
+        let rec = Recorder::new(&dir, "w").term(Term::Record);
         let options = ["--stop-delay", "1s", "--grace", "2s", "--orchestrator-timeout", "3s"];
         let mut run = drainit(mode, rec.worker_with(&options)).spawn();
         assert!(rec.wait_ready(secs(10)));
@@ -109,8 +103,17 @@ per_mode! {
         run.signal(libc::SIGTERM);
         let ended = run.wait(secs(10));
         let took = sent.elapsed();
+        let gone = monotonic_ns();
         assert_eq!(ended.code, Some(137), "{}", run.log());
-        assert!(took >= secs(2) && took < ms(2500), "drainit exited {took:?} after SIGTERM");
+        // The orchestrator's SIGKILL comes 3s after the stop, on its clock.
+        assert!(took >= secs(2) && took < secs(3), "drainit exited {took:?} after SIGTERM: past the orchestrator's SIGKILL");
+        // The worker's stamp: the delayed SIGTERM reached it 1s into the
+        // stop, so the deadline (stop + grace) is 1s after that; one counted
+        // from the delay's end would be 2s after it.
+        let got = rec.received_timed();
+        assert_eq!(got.iter().map(|(s, _)| *s).collect::<Vec<_>>(), [libc::SIGTERM], "{}", run.log());
+        let after = between(got[0].1, gone);
+        assert!(after >= ms(900) && after < secs(2), "drainit exited {after:?} after the delayed SIGTERM reached the worker");
     }
 }
 

@@ -327,7 +327,7 @@ fn run_case(c: &Case) -> Result<(), TestCaseError> {
     // orchestrator's SIGKILL (the final SIGTERM at FINAL_MS makes sure one
     // does, unless drainit ended before).
     if let Some((sig, at)) = facts.first_stop() {
-        let took = std::time::Duration::from_nanos(gone.saturating_sub(at) as u64);
+        let took = between(at, gone);
         prop_assert!(
             took < ms(ORCHESTRATOR_TIMEOUT_MS),
             "drainit exited {:?} after the first stop ({}), past the orchestrator's SIGKILL at {}ms; log:\n{}",

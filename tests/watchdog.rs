@@ -67,6 +67,20 @@ fn opts(list: &[&str]) -> Vec<String> {
 }
 
 /// The first line of stdout once it is there.
+/// `exec` of a recorder that records SIGTERM and dies of it (exit 143 as
+/// `exec sleep 60` would): the end of a script whose stop the test times by
+/// the recorder's stamps.
+fn exec_recorder(rec: &Recorder) -> String {
+    let argv: Vec<String> = rec.argv().iter().map(|a| format!("'{a}'")).collect();
+    format!("exec {}", argv.join(" "))
+}
+
+/// The stamp of the first SIGTERM that reached `rec`.
+fn term_stamp(rec: &Recorder, log: &str) -> u128 {
+    let got = rec.received_timed();
+    got.iter().find(|(s, _)| *s == libc::SIGTERM).unwrap_or_else(|| panic!("no SIGTERM recorded: {got:?}; {log}")).1
+}
+
 fn first_stdout_line(run: &Running) -> String {
     wait_for(secs(10), || run.stdout().lines().next().map(str::to_string)).unwrap_or_else(|| panic!("{}", run.log()))
 }
@@ -143,11 +157,13 @@ per_mode! {
     fn pings_keep_it_then_silence_expires(mode) {
         let dir = Scratch::new("wd-ping");
         let pings = dir.path("pings");
+        let rec = Recorder::new(&dir, "w").die_on(libc::SIGTERM);
         let script = format!(
-            "while [ ! -e '{}' ]; do {} || exit 9; echo . >> '{}'; sleep 0.2; done; exec sleep 60",
+            "while [ ! -e '{}' ]; do {} || exit 9; echo . >> '{}'; sleep 0.2; done; {}",
             dir.path("quiet").display(),
             notify("WATCHDOG=1"),
-            pings.display()
+            pings.display(),
+            exec_recorder(&rec)
         );
         let mut run = drainit(mode, args(&opts(&["--watchdog", "1s"]), &script)).spawn();
         let start = Instant::now();
@@ -159,15 +175,17 @@ per_mode! {
         );
         assert!(start.elapsed() >= ms(2800), "{:?}", start.elapsed());
         assert_eq!(run.count_events("watchdog_expired"), 0, "{mode:?}: pinged, yet expired: {}", run.log());
+        let quiet = monotonic_ns();
         touch(&dir, "quiet");
-        let quiet = Instant::now();
         let ev = run.wait_event("watchdog_expired", secs(5)).unwrap_or_else(|| panic!("{mode:?}: {}", run.log()));
-        let took = quiet.elapsed();
-        assert!(took >= ms(500) && took < ms(2000), "{mode:?}: expired {took:?} after the pings stopped");
         let since = ev.duration("since");
         assert!(since >= ms(990) && since < ms(1500), "since={since:?}: {}", run.log());
         let ended = run.wait(secs(15));
         assert_eq!(ended.code, Some(143), "{}", run.log());
+        // The expiry's SIGTERM reached the worker about an interval after the
+        // last ping (at most one 200ms turn after "quiet"): the worker's stamp.
+        let took = between(quiet, term_stamp(&rec, &run.log()));
+        assert!(took >= ms(500) && took < ms(2000), "{mode:?}: SIGTERM {took:?} after the pings stopped");
     }
 }
 
@@ -197,19 +215,23 @@ per_mode! {
     fn watchdog_armed_at_ready(mode) {
         // READY=1 at 1.5s: a watchdog armed at the start would expire at 1s,
         // before it.
-        let script = format!("sleep 1.5; {} && exec sleep 60", notify("READY=1"));
+        let dir = Scratch::new("wd-ready");
+        let rec = Recorder::new(&dir, "w").die_on(libc::SIGTERM);
+        let script = format!("sleep 1.5; {} && {}", notify("READY=1"), exec_recorder(&rec));
         let o = opts(&["--ready-timeout", "5s", "--watchdog", "1s"]);
         let mut run = drainit(mode, args(&o, &script)).spawn();
         let ready = run.wait_event("ready", secs(10)).unwrap_or_else(|| panic!("{mode:?}: {}", run.log()));
-        let seen_ready = Instant::now();
         assert_eq!(run.count_events("watchdog_expired"), 0, "{mode:?}: expired before READY: {}", run.log());
         assert!(ready.duration("after") >= ms(1400), "{}", run.log());
         let ev = run.wait_event("watchdog_expired", secs(5)).unwrap_or_else(|| panic!("{mode:?}: {}", run.log()));
-        let took = seen_ready.elapsed();
-        assert!(took >= ms(600) && took < ms(2000), "{mode:?}: expired {took:?} after READY");
         let since = ev.duration("since");
         assert!(since >= ms(990) && since < ms(1500), "since is from READY: {since:?}: {}", run.log());
         assert_eq!(run.wait(secs(15)).code, Some(143), "{}", run.log());
+        // The worker's stamps: it was set up just after READY=1, and the
+        // expiry's SIGTERM reached it about an interval later.
+        let set_up = rec.ready_ns().unwrap_or_else(|| panic!("{mode:?}: the recorder never got ready: {}", run.log()));
+        let took = between(set_up, term_stamp(&rec, &run.log()));
+        assert!(took >= ms(600) && took < ms(2000), "{mode:?}: SIGTERM {took:?} after READY");
         assert_eq!(run.count_events("ready_timeout"), 0, "{}", run.log());
     }
 }
@@ -258,6 +280,8 @@ per_mode! {
         let mut run = drainit(mode, args(&o, &script)).spawn();
         assert!(wait_until(secs(10), || ready.exists()), "{mode:?}: {}", run.log());
         assert_eq!(probe(&ready, &drain), 0);
+        // The file comes with the event; the log's reader may lag behind.
+        assert!(run.wait_event("ready", secs(5)).is_some(), "{}", run.log());
         assert_eq!(run.count_events("ready"), 1, "{}", run.log());
         touch(&dir, "go1");
         assert!(wait_until(secs(10), || !ready.exists()), "{mode:?}: RELOADING=1 keeps it: {}", run.log());

@@ -136,17 +136,6 @@ pub fn unique_name() -> String {
     format!("drainit-test-{}-{}", std::process::id(), SEQ.fetch_add(1, Ordering::SeqCst))
 }
 
-/// The first of `names` found as an executable in PATH or the sbin
-/// directories (a root daemon's binaries live there).
-pub fn find_program(name: &str) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    let extra = ["/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"].map(PathBuf::from);
-    std::env::split_paths(&path)
-        .chain(extra)
-        .map(|dir| dir.join(name))
-        .find(|p| fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0))
-}
-
 pub fn assert_log_has(log: &str, needle: &str, what: &str) {
     assert!(log.contains(needle), "{what}: expected {needle:?} in the log:\n{log}");
 }

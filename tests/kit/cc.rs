@@ -27,12 +27,13 @@ pub fn c_helper(name: &str, source: &str) -> PathBuf {
     let tmp = dir.join(format!("{name}-{}.tmp", std::process::id()));
     std::fs::write(&src, source).unwrap();
     let cc = std::env::var_os("CC").unwrap_or_else(|| "gcc".into());
-    let out = Command::new(&cc)
-        .args(["-O2", "-Wall", "-o"])
-        .arg(&tmp)
-        .arg(&src)
-        .output()
-        .unwrap_or_else(|e| panic!("{}: {e}", cc.to_string_lossy()));
+    let out = Command::new(&cc).args(["-O2", "-Wall", "-o"]).arg(&tmp).arg(&src).output().unwrap_or_else(|e| {
+        panic!(
+            "{}: {e}: the tests compile their C workers with it; `scripts/prepare deps` installs gcc \
+                 (Debian: `apt-get install -y gcc libc6-dev`)",
+            cc.to_string_lossy()
+        )
+    });
     assert!(out.status.success(), "compiling {name}: {}", String::from_utf8_lossy(&out.stderr));
     std::fs::rename(&tmp, &exe).unwrap();
     let _ = std::fs::remove_file(&src);

@@ -1,5 +1,7 @@
 //! drainit's log: `drainit: event=NAME key=value ...` lines (logfmt; a value
-//! with spaces, quotes or `=` is quoted, with `\"`, `\\` and `\n` escaped).
+//! with spaces, quotes or `=` is quoted, with `\"`, `\\` and `\n` escaped),
+//! and the same lines of other programs under their own tag
+//! (`lease-worker: event=...`, [`Event::parse_tagged`]).
 
 use std::time::Duration;
 
@@ -15,7 +17,12 @@ pub struct Event {
 impl Event {
     /// Parse a line of drainit's log; None unless it is an event line.
     pub fn parse(line: &str) -> Option<Event> {
-        let body = line.strip_prefix("drainit: ")?;
+        Event::parse_tagged("drainit", line)
+    }
+
+    /// Parse an event line that `tag` wrote (`TAG: event=NAME ...`).
+    pub fn parse_tagged(tag: &str, line: &str) -> Option<Event> {
+        let body = line.strip_prefix(tag)?.strip_prefix(": ")?;
         if !body.starts_with("event=") {
             return None;
         }
@@ -48,7 +55,7 @@ impl std::ops::Index<&str> for Event {
 }
 
 /// `key=value key="quoted \"value\""` into pairs; None on a malformed line.
-fn logfmt(text: &str) -> Option<Vec<(String, String)>> {
+pub fn logfmt(text: &str) -> Option<Vec<(String, String)>> {
     let mut pairs = Vec::new();
     let mut chars = text.chars().peekable();
     loop {
@@ -85,6 +92,11 @@ fn logfmt(text: &str) -> Option<Vec<(String, String)>> {
 /// Every event line of a log, in order.
 pub fn parse_events(log: &str) -> Vec<Event> {
     log.lines().filter_map(Event::parse).collect()
+}
+
+/// Every event line that `tag` wrote in a log, in order.
+pub fn parse_events_tagged(tag: &str, log: &str) -> Vec<Event> {
+    log.lines().filter_map(|l| Event::parse_tagged(tag, l)).collect()
 }
 
 /// The event names of a log, in order.

@@ -74,8 +74,10 @@ pub struct Builder {
 }
 
 /// drainit with `args` (its options, `--`, the worker), in `mode`. Stdin is
-/// /dev/null, stdout and stderr are captured, and no DRAINIT_* variable of
-/// the test's environment gets through.
+/// /dev/null, stdout and stderr are captured, and nothing of the test's
+/// environment that drainit or a worker would act on gets through (DRAINIT_*,
+/// NOTIFY_SOCKET, WATCHDOG_*: the socket of whatever runs the tests would
+/// get the worker's messages).
 pub fn drainit<S: AsRef<OsStr>>(mode: Mode, args: impl IntoIterator<Item = S>) -> Builder {
     let mut argv = runner_argv();
     argv.extend(args.into_iter().map(|a| a.as_ref().to_os_string()));
@@ -95,16 +97,22 @@ pub fn runner_argv() -> Vec<std::ffi::OsString> {
     argv
 }
 
+/// Remove from `cmd`'s environment every variable of the test's own whose
+/// name starts with one of `prefixes`.
+pub fn scrub_env(cmd: &mut Command, prefixes: &[&str]) {
+    for (key, _) in std::env::vars_os() {
+        if prefixes.iter().any(|p| key.to_string_lossy().starts_with(p)) {
+            cmd.env_remove(key);
+        }
+    }
+}
+
 /// Any program (`argv[0]` is looked up in PATH), set up as [`drainit`] is.
 pub fn launch<S: AsRef<OsStr>>(mode: Mode, argv: impl IntoIterator<Item = S>) -> Builder {
     let mut argv = argv.into_iter();
     let mut cmd = Command::new(argv.next().expect("a program"));
     cmd.args(argv);
-    for (key, _) in std::env::vars_os() {
-        if key.to_string_lossy().starts_with("DRAINIT_") {
-            cmd.env_remove(key);
-        }
-    }
+    scrub_env(&mut cmd, &["DRAINIT_", "NOTIFY_SOCKET", "WATCHDOG_"]);
     Builder {
         cmd,
         mode,
@@ -125,6 +133,13 @@ impl Builder {
 
     pub fn env_remove(mut self, key: impl AsRef<OsStr>) -> Builder {
         self.cmd.env_remove(key);
+        self
+    }
+
+    /// Remove every variable of the test's environment whose name starts
+    /// with `prefix` (a program's own settings, `LEASE_`).
+    pub fn env_remove_prefix(mut self, prefix: &str) -> Builder {
+        scrub_env(&mut self.cmd, &[prefix]);
         self
     }
 

@@ -26,9 +26,13 @@
 //!   readiness, the signals seen (counts, and their order:
 //!   [`Recorder::received_sequence`]), and how it ended ([`End`]).
 //! - [`Event`] parses drainit's logfmt lines ([`check_log_end`],
-//!   [`one_clear_line`]); [`Procfs`] reads /proc ([`HOST`], or a namespace's);
+//!   [`one_clear_line`]) and other programs' (`Event::parse_tagged`);
+//!   [`Procfs`] reads /proc ([`HOST`], or a namespace's; `alive_mentioning`
+//!   finds what a test left behind by its scratch path);
 //!   [`c_helper`] compiles the other C workers (bomb.c, orphans.c);
-//!   [`is_static_elf`] tells a static binary from one that needs a loader.
+//!   [`is_static_elf`] tells a static binary from one that needs a loader;
+//!   [`need_program`] finds a tool the test needs or fails naming its
+//!   package (a missing tool is a failure, never a skip).
 //! - [`per_mode!`] makes one `#[test]` per mode from one body, [`cases!`] one
 //!   per row of a table (`per_mode!` takes rows too).
 //!
@@ -75,17 +79,21 @@ pub mod pty;
 mod recorder;
 mod refusal;
 mod running;
+mod tools;
 
 pub(crate) use cases::{cases, per_mode};
 pub use cc::c_helper;
 pub use elf::is_static_elf;
-pub use events::{Event, check_log_end, event_names, one_clear_line, parse_duration, parse_events};
-pub use launch::{Builder, Io, drainit, launch, pipe, runner_argv, under_a_subreaper};
+pub use events::{
+    Event, check_log_end, event_names, logfmt, one_clear_line, parse_duration, parse_events, parse_events_tagged,
+};
+pub use launch::{Builder, Io, drainit, launch, pipe, runner_argv, scrub_env, under_a_subreaper};
 pub use pidfd::Pidfd;
 pub use procfs::{HOST, Procfs, Stat, alive, alive_as, exists};
 pub use recorder::{End, Recorder, Term};
 pub use refusal::assert_refused;
 pub use running::{Ended, Running};
+pub use tools::{find_program, need_program};
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -153,6 +161,12 @@ pub fn monotonic_ns() -> u128 {
     // SAFETY: clock_gettime writes one timespec.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut t) };
     t.tv_sec as u128 * 1_000_000_000 + t.tv_nsec as u128
+}
+
+/// From monotonic stamp `from` to `to` (the recorder's, or
+/// [`monotonic_ns`]), as a Duration; zero when `to` is the earlier.
+pub fn between(from: u128, to: u128) -> Duration {
+    Duration::from_nanos(to.saturating_sub(from) as u64)
 }
 
 /// A scratch directory for one test, removed on drop.

@@ -87,8 +87,28 @@ impl Procfs {
     }
 
     pub fn alive_as(&self, pid: i32, marker: &str) -> bool {
-        let cmdline = std::fs::read(format!("{}/{pid}/cmdline", self.root)).unwrap_or_default();
-        self.alive(pid) && String::from_utf8_lossy(&cmdline).contains(marker)
+        self.alive(pid) && self.cmdline(pid).iter().any(|a| a.contains(marker))
+    }
+
+    /// The arguments of `pid`'s command line (none for a kernel thread, a
+    /// zombie or a pid that is gone).
+    pub fn cmdline(&self, pid: i32) -> Vec<String> {
+        let raw = std::fs::read(format!("{}/{pid}/cmdline", self.root)).unwrap_or_default();
+        raw.split(|b| *b == 0).filter(|a| !a.is_empty()).map(|a| String::from_utf8_lossy(a).into_owned()).collect()
+    }
+
+    /// Field 22 of /proc/PID/stat: when the process started, in clock ticks
+    /// since boot. With the pid it names one process for good.
+    pub fn start_time(&self, pid: i32) -> Option<u64> {
+        let stat = self.read(pid, "stat")?;
+        stat[stat.rfind(')')? + 1..].split_whitespace().nth(19)?.parse().ok()
+    }
+
+    /// Every process (zombies too, never the test itself) with an argument
+    /// for which `pred` holds.
+    pub fn with_arg(&self, pred: impl Fn(&str) -> bool) -> Vec<i32> {
+        let me = std::process::id() as i32;
+        self.pids().into_iter().filter(|&p| p != me && self.cmdline(p).iter().any(|a| pred(a))).collect()
     }
 
     pub fn comm(&self, pid: i32) -> String {
@@ -132,6 +152,13 @@ impl Procfs {
             .iter()
             .filter_map(|k| self.status_field(pid, k)?.parse::<u64>().ok())
             .sum()
+    }
+
+    /// Live processes (never the test itself) whose command line holds
+    /// `marker` (a scratch path): what a test started and may have left.
+    pub fn alive_mentioning(&self, marker: &str) -> Vec<i32> {
+        let me = std::process::id() as i32;
+        self.pids().into_iter().filter(|&p| p != me && self.alive_as(p, marker)).collect()
     }
 
     /// Every pid in this /proc.

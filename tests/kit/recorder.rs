@@ -221,10 +221,7 @@ impl Recorder {
     /// pid) whose command line names this recorder's directory.
     pub fn host_pid(&self, ancestor: i32) -> Option<i32> {
         let dir = path_str(&self.dir);
-        HOST.descendants(ancestor).into_iter().find(|&p| {
-            let cmdline = std::fs::read(format!("/proc/{p}/cmdline")).unwrap_or_default();
-            cmdline.split(|b| *b == 0).nth(1) == Some(dir.as_bytes()) && HOST.alive(p)
-        })
+        HOST.descendants(ancestor).into_iter().find(|&p| HOST.cmdline(p).get(1) == Some(&dir) && HOST.alive(p))
     }
 
     /// (signal, how many times) for each signal received so far.
@@ -312,6 +309,14 @@ impl Recorder {
             None => End::Code(how.parse().ok()?),
         };
         Some((end, at))
+    }
+
+    /// How long ago it noted its end (call it right after the run's
+    /// `wait`: how long drainit outlived the worker); panics when it noted
+    /// none.
+    pub fn since_end(&self) -> Duration {
+        let (_, at) = self.end().expect("the recorder noted its end");
+        super::between(at, super::monotonic_ns())
     }
 
     /// Its terminal's size at the last SIGWINCH.
