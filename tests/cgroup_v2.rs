@@ -191,9 +191,13 @@ fn scenario(name: &str) -> &'static Scenario {
     }
 }
 
-/// The `climb` block's last step: the MiB the climber held.
-fn climbed(s: &Scenario) -> Option<u64> {
-    s.block("climb").lines().rev().find_map(|l| l.split(' ').next()?.parse().ok())
+/// The `climb` block's last step: the MiB the climber held and when (ms
+/// since its start).
+fn climbed(s: &Scenario) -> Option<(u64, u64)> {
+    s.block("climb").lines().rev().find_map(|l| {
+        let (mib, ms) = l.split_once(' ')?;
+        Some((mib.parse().ok()?, ms.parse().ok()?))
+    })
 }
 
 // ---------------------------------------------------------------------------
@@ -331,14 +335,16 @@ fn memory_stop_beats_the_group_oom_kill() {
     assert_eq!(var(&finish, "DRAINIT_EXIT_CODE"), "143", "{}", s.text);
     assert_eq!(var(&finish, "DRAINIT_OOM_KILLS"), "0", "{}", s.text);
     assert!(s.block("tlog").contains("reason=memory"), "termination message:\n{}", s.text);
+    let (held, ms) = climbed(s).unwrap_or((0, 0));
     println!(
         "memory_stop margin: working set {used} B ({:.1} MiB, {:.1}% of the {} MiB limit) at the stop, \
-         {:.1} MiB below it; the climber held {} MiB when SIGTERM came; cgroup peak {} B",
+         {:.1} MiB below it; the climber held {held} MiB after {ms} ms ({:.0} MiB/s under TCG) when \
+         SIGTERM came; cgroup peak {} B",
         used as f64 / 1048576.0,
         used as f64 * 100.0 / LIMIT as f64,
         LIMIT >> 20,
         (LIMIT - used) as f64 / 1048576.0,
-        climbed(s).map_or("?".into(), |m| m.to_string()),
+        held as f64 * 1000.0 / ms.max(1) as f64,
         s.block("peak").trim(),
     );
 }
@@ -358,12 +364,14 @@ fn memory_stop_off_without_a_limit() {
 // ---------------------------------------------------------------------------
 // The wait: no polling.
 
-/// What an idle scenario measured: the wakeups (voluntary context
-/// switches) and read calls of drainit over the idle seconds, and whether
-/// it holds memory.events open (the memory source of its one wait).
+/// What an idle scenario measured over its idle seconds: drainit's
+/// wakeups (voluntary context switches: each return from its one wait is
+/// one), its preemptions (involuntary ones), its read calls, and whether it
+/// holds memory.events open (the memory source of its one wait).
 struct Idle {
     seconds: u64,
     wakeups: u64,
+    preemptions: u64,
     reads: u64,
     holds_memory_events: bool,
 }
@@ -378,7 +386,8 @@ fn idle(s: &Scenario) -> Idle {
     let delta = |key: &str| get("wakeups_after", key) - get("wakeups_before", key);
     Idle {
         seconds: s.block("idle_seconds").trim().parse().unwrap(),
-        wakeups: delta("voluntary_ctxt_switches") + delta("nonvoluntary_ctxt_switches"),
+        wakeups: delta("voluntary_ctxt_switches"),
+        preemptions: delta("nonvoluntary_ctxt_switches"),
         reads: delta("syscr"),
         holds_memory_events: s.block("fds").lines().any(|l| l.ends_with("memory.events")),
     }
@@ -391,7 +400,7 @@ fn idle_drainit_waits_on_memory_events_without_waking() {
     let s = scenario("idle");
     let m = idle(s);
     assert!(m.holds_memory_events, "drainit holds no memory.events open:\n{}", s.text);
-    assert_eq!((m.wakeups, m.reads), (0, 0), "an idle drainit woke over {} s:\n{}", m.seconds, s.text);
+    assert_eq!((m.wakeups, m.preemptions, m.reads), (0, 0, 0), "an idle drainit ran in {} s:\n{}", m.seconds, s.text);
     println!("idle: 0 wakeups, 0 reads in {} s", m.seconds);
 }
 
@@ -402,6 +411,7 @@ fn memory_check_is_the_one_periodic_wakeup() {
     let s = scenario("idle_memory_check");
     let m = idle(s);
     let checks = m.seconds * 2;
+    println!("memory check: {} wakeups, {} read calls in {} s at 500ms", m.wakeups, m.reads, m.seconds);
     assert!(m.holds_memory_events, "drainit holds no memory.events open:\n{}", s.text);
     assert!(
         (checks - 1..=checks + 1).contains(&m.wakeups),
@@ -410,17 +420,17 @@ fn memory_check_is_the_one_periodic_wakeup() {
         m.seconds,
         s.text
     );
-    // A usage read is memory.current and memory.stat, each read to its end:
-    // at most 4 read calls per check.
+    // A usage reading is memory.current and memory.stat, each read to its
+    // end (memory.stat may come in more than one piece): a few read calls
+    // per check, never none, never more as time goes on.
     assert!(
-        m.reads >= checks - 1 && m.reads <= 4 * m.wakeups,
-        "{} read calls for {} wakeups (want one usage read per check):\n{}",
+        m.reads >= checks - 1 && m.reads <= 6 * m.wakeups,
+        "{} read calls for {} wakeups (want one usage reading per check):\n{}",
         m.reads,
         m.wakeups,
         s.text
     );
     assert!(!s.has_event("log", "memory_stop"), "{}", s.text);
-    println!("memory check: {} wakeups, {} read calls in {} s at 500ms", m.wakeups, m.reads, m.seconds);
 }
 
 // ---------------------------------------------------------------------------

@@ -2,8 +2,11 @@
  *
  *   climber STEP_MIB EVERY_MS MAX_MIB PROGRESS_FILE
  *
- * Every EVERY_MS ms it maps STEP_MIB MiB more of anonymous memory and
- * touches every page (so it is charged to its cgroup), until it holds
+ * Every EVERY_MS ms (on a schedule from its start: a step that took
+ * longer is not followed by a full wait) it maps STEP_MIB MiB more of anonymous memory, faulted
+ * in by the kernel at once (MAP_POPULATE: under TCG a page fault a page
+ * would make the climb the emulator's speed, not the test's) and written
+ * (so it is charged to its cgroup and resident), until it holds
  * MAX_MIB MiB; then it waits for a signal. After each step it appends
  * `MIB MS` to PROGRESS_FILE (MS since its start, CLOCK_MONOTONIC): what it
  * held when the OOM killer or a stop came is the file's last line.
@@ -61,7 +64,9 @@ int main(int argc, char **argv) {
     char **chunks = calloc(max / step + 1, sizeof *chunks);
     int n = 0;
     for (;;) {
-        struct timespec wait = { every / 1000, (every % 1000) * 1000000 };
+        long left = (n + 1) * every - elapsed_ms();
+        if (left < 0) left = 0;
+        struct timespec wait = { left / 1000, (left % 1000) * 1000000 };
         siginfo_t info;
         int got = held < max ? sigtimedwait(&term, &info, &wait) : sigwaitinfo(&term, &info);
         if (got == SIGTERM) {
@@ -71,7 +76,7 @@ int main(int argc, char **argv) {
             return 0;
         }
         if (held >= max) continue;
-        char *p = mmap(NULL, step << 20, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        char *p = mmap(NULL, step << 20, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
         if (p == MAP_FAILED) {
             note("mmap_failed %ld %ld\n", held, elapsed_ms());
             continue;
