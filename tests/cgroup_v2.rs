@@ -284,15 +284,17 @@ fn check_oom_killed_worker(s: &Scenario, code: i32) {
     );
 }
 
-/// A worker's child OOM-killed while the worker survives (it exits 3): the
-/// kill is told (`oom_kill`, `oom_kills=1`, `DRAINIT_OOM_KILLS=1`), the
-/// worker's own end is not called one.
+/// A worker's child OOM-killed while the worker survives: the kill is told
+/// as it happens (`oom_kill` while the worker still runs: memory.events
+/// wakes the wait), and at the end (`oom_kills=1`, `DRAINIT_OOM_KILLS=1`);
+/// the worker's own end (3, on the stop) is not called one.
 #[test]
-fn oom_kill_of_the_workers_child_is_told() {
+fn oom_kill_of_the_workers_child_is_told_as_it_happens() {
     let s = scenario("oom_kill_workers_child");
     assert_eq!(s.status("status"), "exited 3", "{}", s.text);
     assert_eq!(s.block("child").trim(), "child 137", "the climber was not SIGKILLed:\n{}", s.text);
     assert_eq!(s.counter("events_after", "oom_kill") - s.counter("events_before", "oom_kill"), 1, "{}", s.text);
+    assert_eq!(s.block("told_while_running").trim(), "yes", "no oom_kill line while the worker ran:\n{}", s.text);
     let oom = s.event("log", "oom_kill");
     assert_eq!((oom.get("count"), oom.get("total")), (Some("1"), Some("1")), "{}", s.text);
     let exited = s.event("log", "child_exited");

@@ -125,12 +125,28 @@ oom_kill_worker_host_view)
     report a "$cg" "$D/before"
     ;;
 
-# The worker's child is OOM-killed; the worker survives it and exits 3.
+# The worker's child is OOM-killed; the worker survives it. On v2 the kill
+# is told when it happens (memory.events wakes the wait), not at exit: the
+# scenario looks for the `oom_kill` line while the worker still runs, then
+# stops drainit (the worker exits 3 on SIGTERM).
 oom_kill_workers_child)
     cg=$(cgroup "$name" $LIMIT 0)
     cp "$cg/memory.events" "$D/before"
-    run "$cg" a --finish /bin/envrec -- \
-        sh -c 'climber 4 10 200 "$1"; echo "child $?" >"$1.child"; exit 3' sh "$D/climb"
+    run "$cg" a --finish /bin/envrec -- sh -c '
+        climber 4 10 200 "$1"; echo "child $?" >"$1.child"
+        trap "exit 3" TERM
+        while :; do sleep 0.1; done' sh "$D/climb" &
+    launcher=$!
+    told=no
+    if wait_file "$D/climb.child" "$D/a.status"; then
+        n=0
+        while [ $n -lt 100 ] && ! grep -q 'event=oom_kill ' "$D/a.log"; do sleep 0.1; n=$((n + 1)); done
+        grep -q 'event=oom_kill ' "$D/a.log" && [ ! -e "$D/a.status" ] && told=yes
+    fi
+    echo "@@ told_while_running"
+    echo $told
+    [ -e "$D/a.pid" ] && kill -TERM "$(cat "$D/a.pid")"
+    wait $launcher
     report a "$cg" "$D/before"
     block child "$D/climb.child"
     ;;
