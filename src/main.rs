@@ -4,11 +4,11 @@
 // expect or panic outside tests (checked by `cargo clippy` in CI; release
 // builds abort on panic, so one would take the container down).
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
-// The unsafe boundary, enforced: only sys.rs may hold unsafe code, and
+// The unsafe boundary, enforced: only src/sys/ may hold unsafe code, and
 // every unsafe block there says why it is sound.
 #![deny(unsafe_code)]
 #![deny(clippy::undocumented_unsafe_blocks)]
-// drainit's entry point is the C `main` in sys.rs, not std's.
+// drainit's entry point is the C `main` in sys/start.rs, not std's.
 #![cfg_attr(not(test), no_main)]
 // The unit tests exercise the parts; the wiring below is only for the binary.
 #![cfg_attr(test, allow(dead_code))]

@@ -1,0 +1,18 @@
+//! The only `unsafe` in drainit: the few libc calls that nix does not cover
+//! in the shape drainit needs, a file per subject. Each wrapper is safe to
+//! call and states the invariant that makes its `unsafe` block sound.
+
+mod descriptors;
+mod process;
+mod ptrace;
+mod signals;
+mod start;
+
+pub use descriptors::{kept_fd, release_controlling_tty, send_with_fds, set_controlling_tty, stat_fd};
+pub use process::{
+    ChildStack, ExecArgs, WATCHDOG_PID_SLOT, exit_now, fill_watchdog_pid, first_in_line, set_env, spawn, unset_env,
+    wait_any_nohang,
+};
+pub use ptrace::{ptrace_detach, ptrace_siginfo};
+pub use signals::{SIGRTMAX, SIGRTMIN, kill, reset_signal_dispositions, set_signal_mask, signal_set, take_signal};
+pub use start::Startup;
