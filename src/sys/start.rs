@@ -39,6 +39,12 @@ pub struct Startup;
 
 const ARENA: usize = 64 * 1024;
 
+/// Every block starts on a multiple of this, whatever its layout asks: what
+/// malloc guarantees on 64-bit Linux (glibc's and musl's alike), and what
+/// code relying on it expects of a byte buffer (nix's sendmsg builds the
+/// cmsghdr it passes the kernel in a `Vec<u8>`).
+const MALLOC_ALIGN: usize = 16;
+
 #[repr(C, align(64))]
 struct Arena(std::cell::UnsafeCell<[u8; ARENA]>);
 
@@ -59,13 +65,21 @@ impl Startup {
         (Self::base()..Self::base() + ARENA).contains(&(ptr as usize))
     }
 
+    /// Where the next block for `layout` goes in an arena at address `base`
+    /// of which `used` bytes are handed out: its start and end offsets,
+    /// aligned as malloc would, if it fits.
+    fn place(base: usize, used: usize, layout: std::alloc::Layout) -> Option<(usize, usize)> {
+        let start = (base + used).checked_next_multiple_of(layout.align().max(MALLOC_ALIGN))? - base;
+        let end = start.checked_add(layout.size()).filter(|end| *end <= ARENA)?;
+        Some((start, end))
+    }
+
     /// A fresh range of the arena for `layout`, if it still has room.
     fn bump(layout: std::alloc::Layout) -> Option<*mut u8> {
         let base = Self::base();
         let mut used = USED.load(Ordering::Relaxed);
         loop {
-            let start = (base + used).checked_next_multiple_of(layout.align())? - base;
-            let end = start.checked_add(layout.size()).filter(|end| *end <= ARENA)?;
+            let (start, end) = Self::place(base, used, layout)?;
             match USED.compare_exchange_weak(used, end, Ordering::Relaxed, Ordering::Relaxed) {
                 // The pointer is derived from the arena's own, in bounds.
                 Ok(_) => return Some(ARENA_BYTES.0.get().cast::<u8>().wrapping_add(start)),
@@ -118,5 +132,34 @@ unsafe impl std::alloc::GlobalAlloc for Startup {
             unsafe { ptr::copy_nonoverlapping(ptr, moved, layout.size().min(new_size)) };
         }
         moved
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::alloc::Layout;
+
+    use super::{ARENA, Startup};
+
+    #[test]
+    fn every_block_is_aligned_as_malloc_would() {
+        let base = 64 * 1000;
+        for used in 0..64 {
+            for (size, align) in [(1, 1), (3, 1), (8, 8), (24, 8), (4, 4), (100, 64)] {
+                let layout = Layout::from_size_align(size, align).unwrap();
+                let (start, end) = Startup::place(base, used, layout).unwrap();
+                assert_eq!((base + start) % 16, 0, "used {used}, size {size}, align {align}: start {start}");
+                assert_eq!((base + start) % align, 0);
+                assert!(start >= used && end == start + size);
+            }
+        }
+    }
+
+    #[test]
+    fn a_block_that_does_not_fit_is_none() {
+        let layout = Layout::from_size_align(20, 1).unwrap();
+        assert_eq!(Startup::place(0, ARENA - 19, layout), None);
+        assert_eq!(Startup::place(0, ARENA - 32, layout), Some((ARENA - 32, ARENA - 12)));
+        assert_eq!(Startup::place(0, ARENA - 24, layout), None, "aligned up to 16, it no longer fits");
     }
 }
