@@ -31,13 +31,16 @@ extern "C" fn main(argc: libc::c_int, argv: *const *const libc::c_char) -> libc:
 /// mmap and a munmap per size class and growth step: a third of drainit's
 /// start-up syscalls (measured: bench/RESULTS.md). They are bumped from an
 /// arena in .bss instead (no syscall; no file size, .bss is zero pages until
-/// touched); what it cannot hold goes to the system allocator. Memory freed in the arena is not reused, so its
-/// cost is bounded by ARENA, sized to hold what start-up allocates (most of
-/// it still in use afterwards); the loop's few allocations (error texts,
-/// signal names in log lines) take the rest until it is full.
+/// touched); what it cannot hold goes to the system allocator. Memory freed
+/// in the arena is not reused, so its cost is bounded by ARENA, sized to
+/// hold what start-up allocates, aligned as malloc would, with every flag
+/// and a full environment (most of it still in use afterwards): spilling
+/// over would cost the system allocator's own set-up syscalls. The loop's
+/// few allocations (error texts, signal names in log lines) take the rest
+/// until it is full; untouched, the rest costs no memory.
 pub struct Startup;
 
-const ARENA: usize = 64 * 1024;
+const ARENA: usize = 96 * 1024;
 
 /// Every block starts on a multiple of this, whatever its layout asks: what
 /// malloc guarantees on 64-bit Linux (glibc's and musl's alike), and what
