@@ -8,7 +8,7 @@ mod ptrace;
 mod signals;
 mod start;
 
-pub use descriptors::{kept_fd, release_controlling_tty, send_with_fds, set_controlling_tty, stat_fd};
+pub use descriptors::{kept_fd, release_controlling_tty, set_controlling_tty, stat_fd};
 pub use process::{
     ChildStack, ExecArgs, WATCHDOG_PID_SLOT, exit_now, fill_watchdog_pid, first_in_line, set_env, spawn, unset_env,
     wait_any_nohang,
