@@ -26,6 +26,7 @@ mod logging;
 mod man_page;
 mod notify;
 mod procs;
+mod readiness;
 mod reap;
 mod record;
 mod retry_after;
