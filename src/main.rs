@@ -17,6 +17,7 @@ mod backoff;
 mod config;
 mod custody;
 mod duration;
+mod environment;
 mod event_loop;
 mod events;
 mod exit;
@@ -30,6 +31,7 @@ mod readiness;
 mod reap;
 mod record;
 mod retry_after;
+mod setup;
 mod signals;
 mod spawn;
 mod supervisor;
@@ -42,18 +44,11 @@ mod tty;
 use std::ffi::OsString;
 use std::fmt::Display;
 use std::io::Write;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
-use config::Config;
-use custody::Custody;
-use event_loop::{Executor, Sources};
 use events::Event;
 use exit::Code;
-use files::{DrainFile, SafeFile};
-use notify::{NotifySocket, Outer, Senders};
-use retry_after::{PrivateDir, RetryAfter};
-use spawn::{Program, Spawner};
-use supervisor::{Settings, Supervisor};
+use supervisor::Supervisor;
 
 #[global_allocator]
 static ALLOCATOR: sys::Startup = sys::Startup;
@@ -103,127 +98,20 @@ fn run(args: Vec<OsString>) -> ! {
     let mode = reap::setup(me);
     Event::Started { mode: mode.name(), grace: config.grace, orchestrator_timeout: config.orchestrator_timeout }.emit();
     let take_tty = tty::hand_over(&signals);
-    let (worker, finish) = match programs(&config) {
-        Ok(programs) => programs,
+    let parts = match setup::parts(config, signals, setup::Start { me, own, mode, take_tty }) {
+        Ok(parts) => parts,
         Err(why) => {
             Event::Failed { what: "command", error: why }.emit();
             exit(Code::CONFIG)
         }
     };
-    let notifying = config.watchdog.is_some() || config.ready_timeout.is_some() || config.ready_file.is_some();
-    let private = private_dir(RetryAfter::wants_dir() || notifying);
-    let retry_after = RetryAfter::new(private.as_ref());
-    if let Some(path) = retry_after.path() {
-        // The worker finds the path in the environment it inherits.
-        sys::set_env(retry_after::VAR, path.as_os_str());
-    }
-    let (notify, outer) = if notifying { readiness(&config, private.as_ref()) } else { (None, None) };
-    let drain_file = config.drain_file.clone().map(DrainFile::new);
-    if let Some(file) = &drain_file {
-        file.remove_stale();
-    }
-    let ready_file = config.ready_file.clone().map(|path| SafeFile::new("ready_file", path));
-    if let Some(file) = &ready_file {
-        file.remove("stale: ");
-    }
-    // /proc is our namespace's when it numbers us as getpid does: otherwise
-    // (`unshare --pid` without `--mount-proc`) pids read there would name
-    // other processes, and drainit must not signal them.
-    let proc_self = own.map(|o| o.pid).filter(|pid| *pid == me);
-    let termination_log = config.termination_log.clone();
-    let senders = match mode {
-        reap::Role::Pid1 => Senders::Namespace,
-        _ => Senders::Descendants { me, proc_is_ours: proc_self.is_some() },
-    };
-    let watchdog_pid = notify.is_some() && config.watchdog.is_some();
-    let mut supervisor =
-        Supervisor::new(settings(config, finish.is_some(), notify.is_some(), outer.is_some()), seed(me));
-    let mut exec = Executor {
-        spawner: Spawner::new(take_tty, watchdog_pid),
-        private,
-        socket_in_private: notify.is_some(),
-        ready_file,
-        outer,
-        worker_vars: notifying,
-        worker,
-        finish,
-        retry_after,
-        drain_file,
-        termination_log,
-        custody: Custody::new(mode, proc_self.is_some()),
-        proc_self,
-    };
-    let mut sources = Sources { signals, notify, senders, rejected: 0 };
+    let setup::Parts { settings, seed, mut exec, mut sources } = parts;
+    let mut supervisor = Supervisor::new(settings, seed);
     let code = event_loop::run(&mut supervisor, &mut exec, &mut sources);
     // drainit exits next: the kernel releases the signalfd, the child's
     // stack and the heap in one go, faster than dropping them one by one.
     std::mem::forget((exec, sources, supervisor));
     exit(code)
-}
-
-fn programs(config: &Config) -> Result<(Program, Option<Program>), String> {
-    let worker = Program::new(&config.command)?;
-    let finish = config.finish.as_ref().map(|path| Program::new(std::slice::from_ref(path))).transpose()?;
-    Ok((worker, finish))
-}
-
-/// drainit's private directory, when something needs it; where none can be
-/// made, one warning, and the variables that need it are not set.
-fn private_dir(wanted: bool) -> Option<PrivateDir> {
-    if !wanted {
-        return None;
-    }
-    PrivateDir::create().map_err(|error| Event::RetryAfterUnavailable { error }.emit()).ok()
-}
-
-/// The notify socket the worker is told of, systemd's variables, and the
-/// outer socket drainit keeps for itself when it was given one.
-fn readiness(config: &Config, private: Option<&PrivateDir>) -> (Option<NotifySocket>, Option<Outer>) {
-    let outer = Outer::from_env();
-    for var in ["WATCHDOG_USEC", "WATCHDOG_PID"] {
-        sys::unset_env(var);
-    }
-    let Some(dir) = private else { return (None, outer) };
-    let path = dir.path().join(retry_after::NOTIFY_NAME);
-    let socket = match NotifySocket::bind(&path) {
-        Ok(socket) => socket,
-        Err(e) => {
-            Event::Failed { what: "notify_socket", error: e.desc().to_string() }.emit();
-            return (None, outer);
-        }
-    };
-    sys::set_env("NOTIFY_SOCKET", path.as_os_str());
-    if let Some(interval) = config.watchdog {
-        sys::set_env("WATCHDOG_USEC", interval.as_micros().to_string().as_ref());
-        // Its value is the worker's own pid, written in the child.
-        sys::set_env("WATCHDOG_PID", sys::WATCHDOG_PID_SLOT.as_ref());
-    }
-    (Some(socket), outer)
-}
-
-/// What the lifecycle needs of the configuration. Without a notify socket
-/// (no private directory could be made: warned already) the worker cannot
-/// ping nor say it is ready, so neither timer may stop it.
-fn settings(config: Config, finish: bool, socket: bool, outer: bool) -> Settings {
-    Settings {
-        grace: config.grace,
-        orchestrator_timeout: config.orchestrator_timeout,
-        rewrite: config.rewrite,
-        backoff: config.backoff,
-        stop_delay: config.stop_delay,
-        finish_timeout: finish.then_some(config.finish_timeout),
-        remap: config.remap,
-        watchdog: config.watchdog.filter(|_| socket),
-        ready_timeout: config.ready_timeout.filter(|_| socket),
-        watchdog_signal: config.watchdog_signal,
-        outer,
-    }
-}
-
-/// The backoff's jitter differs from one drainit to the next.
-fn seed(me: i32) -> u64 {
-    let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
-    nanos ^ ((me as u64) << 32)
 }
 
 /// One line on stderr, then exit with `code`.

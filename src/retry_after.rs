@@ -25,11 +25,8 @@ use std::time::Duration;
 use nix::errno::Errno;
 
 use crate::duration;
+use crate::environment::RETRY_AFTER_FILE;
 use crate::events::Event;
-
-/// The variable that names the file, in the worker's environment (and, when
-/// the user sets it, in drainit's: a path of their choosing).
-pub const VAR: &str = "DRAINIT_RETRY_AFTER_FILE";
 
 /// At most this many bytes are read: a duration is short.
 const LIMIT: usize = 64;
@@ -95,27 +92,22 @@ pub struct RetryAfter {
 }
 
 impl RetryAfter {
-    /// `$DRAINIT_RETRY_AFTER_FILE` if set, else a file in drainit's private
-    /// directory; with neither, no file, and the variable (an empty one
-    /// inherited) removed.
+    /// `$DRAINIT_RETRY_AFTER_FILE` if set (a path of the user's choosing),
+    /// else a file in drainit's private directory; with neither, no file
+    /// (and `environment::retry_after_file` removes an empty one inherited).
     pub fn new(dir: Option<&PrivateDir>) -> RetryAfter {
-        if let Some(path) = std::env::var_os(VAR).filter(|p| !p.is_empty()) {
+        if let Some(path) = std::env::var_os(RETRY_AFTER_FILE).filter(|p| !p.is_empty()) {
             return RetryAfter { path: Some(PathBuf::from(path)), private: false };
         }
         match dir {
             Some(dir) => RetryAfter { path: Some(dir.path().join(RETRY_AFTER_NAME)), private: true },
-            None => {
-                if std::env::var_os(VAR).is_some() {
-                    crate::sys::unset_env(VAR);
-                }
-                RetryAfter { path: None, private: false }
-            }
+            None => RetryAfter { path: None, private: false },
         }
     }
 
     /// Whether it needs the private directory.
     pub fn wants_dir() -> bool {
-        std::env::var_os(VAR).is_none_or(|p| p.is_empty())
+        std::env::var_os(RETRY_AFTER_FILE).is_none_or(|p| p.is_empty())
     }
 
     /// The path the worker is told, if any.

@@ -92,7 +92,7 @@ impl Spawner {
     }
 
     /// Start `program`; returns its pid (= its pgid). Variables it should
-    /// see are set in drainit's own environment before (`sys::set_env`).
+    /// see are set in drainit's own environment before (`environment`).
     pub fn spawn(&mut self, program: &Program) -> Result<i32, SpawnError> {
         let argc = program.exec.argc();
         if self.stack.as_ref().is_some_and(|s| !s.fits(argc)) {
@@ -122,7 +122,7 @@ impl Spawner {
 /// In the child, before exec: syscalls only (it shares drainit's memory).
 fn child_setup(take_tty: bool, watchdog_pid: bool) {
     if watchdog_pid {
-        sys::fill_watchdog_pid();
+        crate::environment::fill_watchdog_pid();
     }
     // Cannot fail: a fresh child is never a process group leader.
     let _ = setsid();

@@ -1099,7 +1099,8 @@ mod tests {
         ]);
         let out = st.actions(5002, Children { left: false });
         let [Action::SpawnFinish(record)] = out.as_slice() else { panic!("{out:?}") };
-        let vars: Vec<String> = record.finish_vars().iter().map(|(k, v)| format!("{k}={v}")).collect();
+        let vars: Vec<String> =
+            crate::environment::finish_vars(record).iter().map(|(k, v)| format!("{k}={v}")).collect();
         assert_eq!(
             vars,
             [

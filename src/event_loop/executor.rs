@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use nix::unistd::Pid;
 
 use crate::custody::{Custody, GroupTarget, Walk};
+use crate::environment;
 use crate::events::Event;
 use crate::exit::Code;
 use crate::files::{self, DrainFile, SafeFile};
@@ -19,13 +20,6 @@ use crate::sys;
 
 /// Walks of /proc for one deadline SIGKILL as subreaper, at most.
 const KILL_WALKS: usize = 3;
-
-/// The variable that tells the worker which attempt it is.
-const ATTEMPT_VAR: &str = "DRAINIT_ATTEMPT";
-
-/// Variables drainit sets for the worker that the finish program must not
-/// take for its own (a dead worker's notify socket, its pid).
-const FINISH_UNSET: [&str; 3] = ["NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID"];
 
 /// What carrying out one action led to.
 pub enum Done {
@@ -62,19 +56,11 @@ impl Executor {
         match action {
             Action::Spawn { attempt } => {
                 self.retry_after.clear_before(attempt);
-                sys::set_env(ATTEMPT_VAR, attempt.to_string().as_ref());
+                environment::attempt(attempt);
                 self.spawn(false)
             }
             Action::SpawnFinish(record) => {
-                // What drainit set for the worker alone.
-                for key in FINISH_UNSET {
-                    if std::env::var_os(key).is_some() && self.worker_vars {
-                        sys::unset_env(key);
-                    }
-                }
-                for (key, value) in record.finish_vars() {
-                    sys::set_env(key, value.as_ref());
-                }
+                environment::finish(&record, self.worker_vars);
                 self.spawn(true)
             }
             Action::Forward(sig) => {

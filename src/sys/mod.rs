@@ -10,8 +10,7 @@ mod start;
 
 pub use descriptors::{kept_fd, release_controlling_tty, set_controlling_tty, stat_fd};
 pub use process::{
-    ChildStack, ExecArgs, WATCHDOG_PID_SLOT, exit_now, fill_watchdog_pid, first_in_line, set_env, spawn, unset_env,
-    wait_any_nohang,
+    ChildStack, ExecArgs, exit_now, fill_env_pid, first_in_line, set_env, spawn, unset_env, wait_any_nohang,
 };
 pub use ptrace::{ptrace_detach, ptrace_siginfo};
 pub use signals::{SIGRTMAX, SIGRTMIN, kill, reset_signal_dispositions, set_signal_mask, signal_set, take_signal};

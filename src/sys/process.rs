@@ -245,16 +245,11 @@ pub fn unset_env(key: &str) {
     unsafe { std::env::remove_var(key) };
 }
 
-/// What `WATCHDOG_PID` holds in drainit's environment: room for any pid,
-/// which the child writes over with its own (`fill_watchdog_pid`).
-pub const WATCHDOG_PID_SLOT: &str = "0000000000";
-
 /// In the child of `spawn`, before exec: write the child's own pid into
-/// the environment's `WATCHDOG_PID=` entry, in place. Allocates nothing
-/// (the child shares drainit's memory); systemd's libraries compare the
-/// variable with their own pid.
-pub fn fill_watchdog_pid() {
-    const KEY: &[u8] = b"WATCHDOG_PID=";
+/// the environment's entry `key`, in place, over its value: a slot of
+/// `slot` bytes (at most 10 digits are written) that drainit set before.
+/// Allocates nothing (the child shares drainit's memory).
+pub fn fill_env_pid(key: &[u8], slot: usize) {
     unsafe extern "C" {
         static environ: *const *mut libc::c_char;
     }
@@ -281,11 +276,15 @@ pub fn fill_watchdog_pid() {
         }
         // SAFETY: var is a NUL-terminated string of the environment.
         let bytes = unsafe { std::ffi::CStr::from_ptr(var) }.to_bytes();
-        if bytes.len() == KEY.len() + WATCHDOG_PID_SLOT.len() && bytes.starts_with(KEY) {
-            let value = var.cast::<u8>().wrapping_add(KEY.len());
+        if bytes.len() == key.len() + 1 + slot && bytes.starts_with(key) && bytes[key.len()] == b'=' {
+            if n > slot {
+                return;
+            }
+            let value = var.cast::<u8>().wrapping_add(key.len() + 1);
             for (i, digit) in digits[..n].iter().rev().enumerate() {
                 // SAFETY: the value's bytes are the slot's, writable (setenv
-                // copied them to the heap), and n <= the slot's length.
+                // copied them to the heap), and n <= the slot's length
+                // (checked above).
                 unsafe { *value.add(i) = *digit };
             }
             // SAFETY: as above: within the slot, which ends in its NUL.
