@@ -152,11 +152,11 @@ pub fn fill_watchdog_pid() {
 }
 
 /// Before the finish program: what drainit set for the worker alone goes
-/// (`worker_vars`: drainit set the notify variables), the record's
+/// (`notify_vars`: drainit set the notify variables), the record's
 /// variables come.
-pub fn finish(record: &Record, worker_vars: bool) {
+pub fn finish(record: &Record, notify_vars: bool) {
     for key in [NOTIFY_SOCKET, WATCHDOG_USEC, WATCHDOG_PID] {
-        if worker_vars {
+        if notify_vars {
             unset_if_set(key);
         }
     }

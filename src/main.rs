@@ -95,7 +95,7 @@ fn run(args: Vec<OsString>) -> ! {
     }
     // From here on the worker may start: a setup error is a line and an
     // exit code, never a panic.
-    let mode = reap::setup(me);
+    let mode = reap::register(me);
     Event::Started { mode: mode.name(), grace: config.grace, orchestrator_timeout: config.orchestrator_timeout }.emit();
     let take_tty = tty::hand_over(&signals);
     let parts = match setup::parts(config, signals, setup::Start { me, own, mode, take_tty }) {

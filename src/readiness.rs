@@ -176,7 +176,7 @@ impl Readiness {
 
     /// The event of a stop this room asked for: what the watchdog or the
     /// ready timeout saw, the signal that goes out, the worker's status.
-    pub fn expired(&self, reason: StopReason, signal: Signo, status: Option<String>, now: Instant) -> Event {
+    pub fn stop_event(&self, reason: StopReason, signal: Signo, status: Option<String>, now: Instant) -> Event {
         match reason {
             StopReason::ReadyTimeout => {
                 Event::ReadyTimeout { timeout: self.ready_timeout.unwrap_or_default(), signal, status }
@@ -467,14 +467,14 @@ mod tests {
         let mut r = Readiness::new(&gated());
         r.spawned(t, &mut timers);
         assert_eq!(
-            r.expired(StopReason::ReadyTimeout, SIGTERM, None, t + ms(3000)),
+            r.stop_event(StopReason::ReadyTimeout, SIGTERM, None, t + ms(3000)),
             Event::ReadyTimeout { timeout: ms(3000), signal: SIGTERM, status: None }
         );
         let mut out = Vec::new();
         r.note(Note::Ready, W, &mut Now::at(t + ms(100)), &mut timers, &mut out);
         r.note(Note::Ping, W, &mut Now::at(t + ms(300)), &mut timers, &mut out);
         assert_eq!(
-            r.expired(StopReason::Watchdog, SIGQUIT, Some("a".into()), t + ms(1300)),
+            r.stop_event(StopReason::Watchdog, SIGQUIT, Some("a".into()), t + ms(1300)),
             Event::WatchdogExpired { interval: ms(1000), since: ms(1000), signal: SIGQUIT, status: Some("a".into()) }
         );
     }

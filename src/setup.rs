@@ -75,7 +75,7 @@ pub fn parts(config: Config, signals: SignalSource, start: Start) -> Result<Part
         socket_in_private: notify.is_some(),
         ready_file,
         outer,
-        worker_vars: notifying,
+        notify_vars: notifying,
         worker,
         finish,
         retry_after,

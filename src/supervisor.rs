@@ -322,7 +322,7 @@ impl Supervisor {
                 delay: delayed.then_some(delay),
                 status,
             },
-            StopReason::Watchdog | StopReason::ReadyTimeout => self.readiness.expired(reason, sig, status, now),
+            StopReason::Watchdog | StopReason::ReadyTimeout => self.readiness.stop_event(reason, sig, status, now),
         }));
         out.push(Action::CreateDrainFile);
         self.readiness.disarm(&mut self.timers, out);

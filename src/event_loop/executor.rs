@@ -44,7 +44,7 @@ pub struct Executor {
     /// The notify socket drainit was given itself (Podman, systemd).
     pub outer: Option<Outer>,
     /// drainit set NOTIFY_SOCKET (and the watchdog's variables) for the worker.
-    pub worker_vars: bool,
+    pub notify_vars: bool,
     pub termination_log: Option<PathBuf>,
     pub custody: Custody,
     /// Our pid as /proc names it, when /proc belongs to our PID namespace.
@@ -60,7 +60,7 @@ impl Executor {
                 self.spawn(false)
             }
             Action::SpawnFinish(record) => {
-                environment::finish(&record, self.worker_vars);
+                environment::finish(&record, self.notify_vars);
                 self.spawn(true)
             }
             Action::Forward(sig) => {
