@@ -26,6 +26,7 @@ mod logging;
 #[cfg(test)]
 mod man_page;
 mod notify;
+mod private_dir;
 mod procs;
 mod readiness;
 mod reap;

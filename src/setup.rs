@@ -13,9 +13,10 @@ use crate::event_loop::{Executor, Sources};
 use crate::events::Event;
 use crate::files::{DrainFile, SafeFile};
 use crate::notify::{NotifySocket, Outer, Senders};
+use crate::private_dir::{self, PrivateDir};
 use crate::procs::Own;
 use crate::reap;
-use crate::retry_after::{self, PrivateDir, RetryAfter};
+use crate::retry_after::RetryAfter;
 use crate::signals::SignalSource;
 use crate::spawn::{Program, Spawner};
 use crate::supervisor::Settings;
@@ -108,7 +109,7 @@ fn private_dir(wanted: bool) -> Option<PrivateDir> {
 fn notify_socket(config: &Config, private: Option<&PrivateDir>) -> (Option<NotifySocket>, Option<Outer>) {
     let outer = Outer::from_env();
     let socket = private.and_then(|dir| {
-        let path = dir.path().join(retry_after::NOTIFY_NAME);
+        let path = dir.path().join(private_dir::NOTIFY_NAME);
         match NotifySocket::bind(&path) {
             Ok(socket) => Some((socket, path)),
             Err(e) => {
