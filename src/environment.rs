@@ -34,13 +34,16 @@ pub enum For {
 }
 
 /// One row: a variable, who it is for, when drainit sets it and when it
-/// takes it away. The binary reads only the name; the test below checks the
-/// rest against docs/design.md's copy of the table.
+/// takes it away. The binary reads only the name (the when is for readers,
+/// and for the test below, which checks docs/design.md's copy of the
+/// table), so the binary carries no more than the names.
 #[cfg_attr(not(test), allow(dead_code))]
 pub struct Var {
     pub name: &'static str,
     pub target: For,
+    #[cfg(test)]
     pub set: &'static str,
+    #[cfg(test)]
     pub unset: &'static str,
 }
 
@@ -50,63 +53,90 @@ pub const TABLE: [Var; 11] = [
     Var {
         name: ATTEMPT,
         target: For::Both,
+        #[cfg(test)]
         set: "before each spawn: the attempt (1, 2, ...); for the finish program, the last one",
+        #[cfg(test)]
         unset: "never: an inherited one is overwritten",
     },
     Var {
         name: RETRY_AFTER_FILE,
         target: For::Worker,
+        #[cfg(test)]
         set: "at start: the user's path kept, else the file in the private directory",
+        #[cfg(test)]
         unset: "at start, an inherited empty one, when no private directory could be made",
     },
     Var {
         name: NOTIFY_SOCKET,
         target: For::Worker,
+        #[cfg(test)]
         set: "at start, with --watchdog, --ready-timeout or --ready-file: drainit's socket",
+        #[cfg(test)]
         unset: "at start then, an inherited one (it becomes drainit's outer socket: notify::Outer::from_env); \
                 before the finish program, drainit's",
     },
     Var {
         name: WATCHDOG_USEC,
         target: For::Worker,
+        #[cfg(test)]
         set: "at start, with --watchdog and drainit's socket: the interval in microseconds",
+        #[cfg(test)]
         unset: "at start, an inherited one, with any of the three options; before the finish program, drainit's",
     },
     Var {
         name: WATCHDOG_PID,
         target: For::Worker,
+        #[cfg(test)]
         set: "at start, as WATCHDOG_USEC: a slot the worker fills with its own pid before exec (sys::fill_env_pid)",
+        #[cfg(test)]
         unset: "as WATCHDOG_USEC",
     },
     Var {
         name: EXIT_CODE,
         target: For::Finish,
+        #[cfg(test)]
         set: "before the finish program: the code drainit exits with",
+        #[cfg(test)]
         unset: "never",
     },
     Var {
         name: WORKER_STATUS,
         target: For::Finish,
+        #[cfg(test)]
         set: "before the finish program: exited:N, signal:NAME or none",
+        #[cfg(test)]
         unset: "never",
     },
-    Var { name: DEADLINE_REACHED, target: For::Finish, set: "before the finish program: 1 or 0", unset: "never" },
+    Var {
+        name: DEADLINE_REACHED,
+        target: For::Finish,
+        #[cfg(test)]
+        set: "before the finish program: 1 or 0",
+        #[cfg(test)]
+        unset: "never",
+    },
     Var {
         name: STOP_SIGNAL,
         target: For::Finish,
+        #[cfg(test)]
         set: "before the finish program: the stop signal's name, or none",
+        #[cfg(test)]
         unset: "never",
     },
     Var {
         name: STOP_REASON,
         target: For::Finish,
+        #[cfg(test)]
         set: "before the finish program: signal, watchdog, ready_timeout or none",
+        #[cfg(test)]
         unset: "never",
     },
     Var {
         name: WORKER_STATUS_TEXT,
         target: For::Finish,
+        #[cfg(test)]
         set: "before the finish program, when the worker sent a STATUS=",
+        #[cfg(test)]
         unset: "never",
     },
 ];
