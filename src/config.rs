@@ -430,24 +430,17 @@ const ORCHESTRATOR_TIMEOUT: Duration = Duration::from_secs(10);
 /// The margin drainit keeps before the orchestrator's SIGKILL.
 const MARGIN: Duration = Duration::from_secs(1);
 
-/// What drainit sets for the worker and the finish program (a drainit
-/// started under another one sees them), and the build's commit (which
-/// cargo sets for build.rs's output and `cargo test`): no typos.
-const SET_FOR_OTHERS: [&str; 13] = [
-    "DRAINIT_GIT_COMMIT",
-    "DRAINIT_ATTEMPT",
-    crate::retry_after::VAR,
-    "DRAINIT_EXIT_CODE",
-    "DRAINIT_WORKER_STATUS",
-    "DRAINIT_DEADLINE_REACHED",
-    "DRAINIT_STOP_SIGNAL",
-    "DRAINIT_STOP_REASON",
-    "DRAINIT_WORKER_STATUS_TEXT",
-    "DRAINIT_OOM_KILLS",
-    crate::state::PREDECESSOR_VAR,
-    crate::state::PREDECESSOR_PID_VAR,
-    crate::state::PREDECESSOR_STARTED_VAR,
-];
+/// The build's commit, which cargo sets for build.rs's output and `cargo
+/// test`: no typo.
+const BUILD_COMMIT: &str = "DRAINIT_GIT_COMMIT";
+
+/// The `DRAINIT_*` variables that are not settings: what drainit sets for
+/// the worker and the finish program (a drainit started under another one
+/// sees them), and the build's commit.
+fn set_for_others() -> impl Iterator<Item = &'static str> {
+    let own = crate::environment::TABLE.iter().map(|var| var.name).filter(|name| name.starts_with("DRAINIT_"));
+    [BUILD_COMMIT].into_iter().chain(own)
+}
 
 /// The names under which dockerd and podman run their init: drainit stands
 /// in front of images that never heard of it, so it restarts nothing unless
@@ -724,7 +717,7 @@ fn parse_all(args: Vec<OsString>) -> Result<Config, Halt> {
     };
     let log_filter = log_filter(matches.get_count("verbose"), matches.get_count("quiet"), log)?;
 
-    let known: Vec<&str> = OPTIONS.iter().map(|o| o.env).chain([LOG_VAR]).chain(SET_FOR_OTHERS).collect();
+    let known: Vec<&str> = OPTIONS.iter().map(|o| o.env).chain([LOG_VAR]).chain(set_for_others()).collect();
     let unknown_vars = own
         .iter()
         .map(|(name, _)| name)
@@ -1146,7 +1139,7 @@ mod tests {
 
     #[test]
     fn an_unknown_variable_is_matched_to_the_nearest() {
-        let known: Vec<&str> = OPTIONS.iter().map(|o| o.env).chain([LOG_VAR]).chain(SET_FOR_OTHERS).collect();
+        let known: Vec<&str> = OPTIONS.iter().map(|o| o.env).chain([LOG_VAR]).chain(set_for_others()).collect();
         for (typo, want) in [
             ("DRAINIT_GRACE_PERIOD", "DRAINIT_GRACE"),
             ("DRAINIT_BACKOFF_EXIT_CODE", "DRAINIT_BACKOFF_EXIT_CODES"),

@@ -4,11 +4,11 @@
 // expect or panic outside tests (checked by `cargo clippy` in CI; release
 // builds abort on panic, so one would take the container down).
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
-// The unsafe boundary, enforced: only sys.rs may hold unsafe code, and
+// The unsafe boundary, enforced: only src/sys/ may hold unsafe code, and
 // every unsafe block there says why it is sound.
 #![deny(unsafe_code)]
 #![deny(clippy::undocumented_unsafe_blocks)]
-// drainit's entry point is the C `main` in sys.rs, not std's.
+// drainit's entry point is the C `main` in sys/start.rs, not std's.
 #![cfg_attr(not(test), no_main)]
 // The unit tests exercise the parts; the wiring below is only for the binary.
 #![cfg_attr(test, allow(dead_code))]
@@ -18,6 +18,7 @@ mod cgroup;
 mod config;
 mod custody;
 mod duration;
+mod environment;
 mod event_loop;
 mod events;
 mod exit;
@@ -27,10 +28,13 @@ mod logging;
 mod man_page;
 mod memory;
 mod notify;
+mod private_dir;
 mod procs;
+mod readiness;
 mod reap;
 mod record;
 mod retry_after;
+mod setup;
 mod signals;
 mod spawn;
 mod state;
@@ -46,18 +50,11 @@ mod user;
 use std::ffi::OsString;
 use std::fmt::Display;
 use std::io::Write;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
-use config::Config;
-use custody::Custody;
-use event_loop::{Executor, Sources};
 use events::Event;
 use exit::Code;
-use files::{DrainFile, SafeFile};
-use notify::{Inbox, NotifySocket, Outer, Senders};
-use retry_after::{PrivateDir, RetryAfter};
-use spawn::{Program, Spawner};
-use supervisor::{Settings, Supervisor};
+use supervisor::Supervisor;
 
 #[global_allocator]
 static ALLOCATOR: sys::Startup = sys::Startup;
@@ -104,158 +101,27 @@ fn run(args: Vec<OsString>) -> ! {
     }
     // From here on the worker may start: a setup error is a line and an
     // exit code, never a panic.
-    let mode = reap::setup(me);
+    let mode = reap::register(me);
     Event::Started { mode: mode.name(), grace: config.grace, orchestrator_timeout: config.orchestrator_timeout }.emit();
     let take_tty = tty::hand_over(&signals);
-    let (worker, finish) = match programs(&config) {
-        Ok(programs) => programs,
-        Err(why) => {
+    let parts = match setup::parts(config, signals, setup::Start { me, own, mode, take_tty }) {
+        Ok(parts) => parts,
+        Err(setup::Refused::Command(why)) => {
             Event::Failed { what: "command", error: why }.emit();
             exit(Code::CONFIG)
         }
+        Err(setup::Refused::StateDir(line)) => fail(Code::CONFIG, line),
     };
-    // Before the worker, and before anything it could see: a second
-    // drainit on DIR, or a DIR that cannot be kept, is a refusal.
-    let (state, verdict) = match config.state_dir.as_deref().map(|dir| state::setup(dir, me)).transpose() {
-        Ok(opened) => opened.unzip(),
-        Err(line) => fail(Code::CONFIG, line),
-    };
-    let notifying = config.watchdog.is_some() || config.ready_timeout.is_some() || config.ready_file.is_some();
-    let private = private_dir(RetryAfter::wants_dir() || notifying);
-    let retry_after = RetryAfter::new(private.as_ref());
-    if let Some(path) = retry_after.path() {
-        // The worker finds the path in the environment it inherits.
-        sys::set_env(retry_after::VAR, path.as_os_str());
-    }
-    let (notify, outer) = if notifying { readiness(&config, private.as_ref()) } else { (None, None) };
-    let run_as = config.user.clone();
-    if let Some(user) = &run_as {
-        user::hand_over(user, private.as_ref().map(PrivateDir::path), notify.is_some());
-    }
-    let drain_file = config.drain_file.clone().map(DrainFile::new);
-    if let Some(file) = &drain_file {
-        file.remove_stale();
-    }
-    let ready_file = config.ready_file.clone().map(|path| SafeFile::new("ready_file", path));
-    if let Some(file) = &ready_file {
-        file.remove("stale: ");
-    }
-    // /proc is our namespace's when it numbers us as getpid does: otherwise
-    // (`unshare --pid` without `--mount-proc`) pids read there would name
-    // other processes, and drainit must not signal them.
-    let proc_self = own.map(|o| o.pid).filter(|pid| *pid == me);
-    let termination_log = config.termination_log.clone();
-    let senders = match mode {
-        reap::Role::Pid1 => Senders::Namespace,
-        _ => Senders::Descendants { me, proc_is_ours: proc_self.is_some() },
-    };
-    let watchdog_pid = notify.is_some() && config.watchdog.is_some();
-    let (counter, usage) = memory::find(config.memory_stop.is_some());
-    let mut settings = settings(config, finish.is_some(), notify.is_some(), outer.is_some());
-    settings.oom_counter = counter.is_some();
-    settings.memory_stop = settings.memory_stop.filter(|_| usage.is_some());
-    let mut supervisor = Supervisor::new(settings, seed(me));
-    if let Some(state::Verdict::Unclean(predecessor)) = verdict {
+    let setup::Parts { settings, seed, sweep, mut exec, mut sources } = parts;
+    let mut supervisor = Supervisor::new(settings, seed);
+    if let Some(predecessor) = sweep {
         supervisor.sweep_first(predecessor);
     }
-    let mut spawner = Spawner::new(take_tty, watchdog_pid);
-    spawner.set_user(run_as);
-    let mut exec = Executor {
-        spawner,
-        private,
-        socket_in_private: notify.is_some(),
-        ready_file,
-        outer,
-        worker_vars: notifying,
-        worker,
-        finish,
-        retry_after,
-        drain_file,
-        termination_log,
-        custody: Custody::new(mode, proc_self.is_some()),
-        proc_self,
-        usage,
-        state,
-        swept: None,
-        attempt_slot: false,
-    };
-    let mut sources = Sources { signals, notify: notify.map(|socket| Inbox::new(socket, senders)), memory: counter };
     let code = event_loop::run(&mut supervisor, &mut exec, &mut sources);
     // drainit exits next: the kernel releases the signalfd, the child's
     // stack and the heap in one go, faster than dropping them one by one.
     std::mem::forget((exec, sources, supervisor));
     exit(code)
-}
-
-fn programs(config: &Config) -> Result<(Program, Option<Program>), String> {
-    let worker = Program::new(&config.command)?;
-    let finish = config.finish.as_ref().map(|path| Program::new(std::slice::from_ref(path))).transpose()?;
-    Ok((worker, finish))
-}
-
-/// drainit's private directory, when something needs it; where none can be
-/// made, one warning, and the variables that need it are not set.
-fn private_dir(wanted: bool) -> Option<PrivateDir> {
-    if !wanted {
-        return None;
-    }
-    PrivateDir::create().map_err(|error| Event::RetryAfterUnavailable { error }.emit()).ok()
-}
-
-/// The notify socket the worker is told of, systemd's variables, and the
-/// outer socket drainit keeps for itself when it was given one.
-fn readiness(config: &Config, private: Option<&PrivateDir>) -> (Option<NotifySocket>, Option<Outer>) {
-    let outer = Outer::from_env();
-    for var in ["WATCHDOG_USEC", "WATCHDOG_PID"] {
-        sys::unset_env(var);
-    }
-    let Some(dir) = private else { return (None, outer) };
-    let path = dir.path().join(retry_after::NOTIFY_NAME);
-    let socket = match NotifySocket::bind(&path) {
-        Ok(socket) => socket,
-        Err(e) => {
-            Event::Failed { what: "notify_socket", error: e.desc().to_string() }.emit();
-            return (None, outer);
-        }
-    };
-    sys::set_env("NOTIFY_SOCKET", path.as_os_str());
-    if let Some(interval) = config.watchdog {
-        sys::set_env("WATCHDOG_USEC", interval.as_micros().to_string().as_ref());
-        // Its value is the worker's own pid, written in the child.
-        sys::set_env("WATCHDOG_PID", sys::WATCHDOG_PID_SLOT.as_ref());
-    }
-    (Some(socket), outer)
-}
-
-/// What the lifecycle needs of the configuration. Without a notify socket
-/// (no private directory could be made: warned already) the worker cannot
-/// ping nor say it is ready, so neither timer may stop it.
-fn settings(config: Config, finish: bool, socket: bool, outer: bool) -> Settings {
-    Settings {
-        grace: config.grace,
-        orchestrator_timeout: config.orchestrator_timeout,
-        rewrite: config.rewrite,
-        backoff: config.backoff,
-        stop_delay: config.stop_delay,
-        finish_timeout: finish.then_some(config.finish_timeout),
-        remap: config.remap,
-        watchdog: config.watchdog.filter(|_| socket),
-        ready_timeout: config.ready_timeout.filter(|_| socket),
-        watchdog_signal: config.watchdog_signal,
-        outer,
-        oom_counter: false,
-        oom_exit_code: config.oom_exit_code.map(|c| exit::Code(i32::from(c))),
-        memory_stop: config.memory_stop,
-        memory_check: config.memory_check,
-        stop_sequence: config.stop_sequence,
-        watchdog_signal_given: config.watchdog_signal_given,
-    }
-}
-
-/// The backoff's jitter differs from one drainit to the next.
-fn seed(me: i32) -> u64 {
-    let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
-    nanos ^ ((me as u64) << 32)
 }
 
 /// One line on stderr, then exit with `code`.

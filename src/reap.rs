@@ -39,8 +39,9 @@ impl Role {
     }
 }
 
-/// Decide the mode, registering as subreaper when not PID 1.
-pub fn setup(me: i32) -> Role {
+/// How drainit inherits orphans: as PID 1, or registered as subreaper
+/// (when the kernel allows it).
+pub fn register(me: i32) -> Role {
     if me == 1 {
         return Role::Pid1;
     }

@@ -1,7 +1,8 @@
 //! One record of the run: the attempt, the stop, how the worker ended, the
 //! deadline, the worker's last status and the code drainit ends with. The
 //! supervisor keeps it; the termination message and the finish program's
-//! environment are both read off it, so the two never disagree.
+//! environment (`environment::finish`) are both read off it, so the two
+//! never disagree.
 
 use std::fmt;
 use std::time::Instant;
@@ -99,7 +100,7 @@ impl Record {
 
     /// How the last worker ended, as the finish program and the
     /// termination message say it.
-    fn worker_status(&self) -> String {
+    pub fn worker_status(&self) -> String {
         match self.worker {
             Some(_) if self.worker_oom => "oom_kill".to_string(),
             Some(outcome) => outcome.to_string(),
@@ -109,24 +110,6 @@ impl Record {
 
     pub fn code(&self) -> Code {
         self.ending.map_or(Code::FAILED, |e| e.code)
-    }
-
-    /// What the finish program is told, in its environment.
-    pub fn finish_vars(&self) -> Vec<(&'static str, String)> {
-        let stop = self.stop.as_ref();
-        let mut vars = vec![
-            ("DRAINIT_EXIT_CODE", self.code().0.to_string()),
-            ("DRAINIT_WORKER_STATUS", self.worker_status()),
-            ("DRAINIT_DEADLINE_REACHED", u8::from(self.deadline_reached).to_string()),
-            ("DRAINIT_STOP_SIGNAL", stop.map_or_else(|| "none".to_string(), |s| signals::name(s.signal))),
-            ("DRAINIT_STOP_REASON", stop.map_or("none", |s| s.reason.name()).to_string()),
-            ("DRAINIT_ATTEMPT", self.attempt.to_string()),
-            ("DRAINIT_OOM_KILLS", self.oom_kills.map_or_else(|| "unknown".to_string(), |n| n.to_string())),
-        ];
-        if let Some(status) = &self.status {
-            vars.push(("DRAINIT_WORKER_STATUS_TEXT", status.clone()));
-        }
-        vars
     }
 }
 
@@ -230,31 +213,6 @@ mod tests {
             "drainit: code=137 worker=oom_kill deadline_reached=0 killed=0 stop=SIGTERM stop_took=29s attempts=1 \
              reason=memory oom_kills=2"
         );
-    }
-
-    #[test]
-    fn the_finish_programs_variables() {
-        let mut r = record(Instant::now());
-        let vars = r.finish_vars();
-        let get = |vars: &[(&str, String)], k: &str| vars.iter().find(|(n, _)| *n == k).map(|(_, v)| v.clone());
-        assert_eq!(get(&vars, "DRAINIT_EXIT_CODE").as_deref(), Some("137"));
-        assert_eq!(get(&vars, "DRAINIT_WORKER_STATUS").as_deref(), Some("signal:SIGKILL"));
-        assert_eq!(get(&vars, "DRAINIT_DEADLINE_REACHED").as_deref(), Some("1"));
-        assert_eq!(get(&vars, "DRAINIT_STOP_SIGNAL").as_deref(), Some("SIGTERM"));
-        assert_eq!(get(&vars, "DRAINIT_STOP_REASON").as_deref(), Some("signal"));
-        assert_eq!(get(&vars, "DRAINIT_ATTEMPT").as_deref(), Some("1"));
-        assert_eq!(get(&vars, "DRAINIT_WORKER_STATUS_TEXT"), None, "only once the worker sent one");
-        r.status = Some("in_flight=3".into());
-        r.stop = None;
-        let vars = r.finish_vars();
-        assert_eq!(get(&vars, "DRAINIT_WORKER_STATUS_TEXT").as_deref(), Some("in_flight=3"));
-        assert_eq!(get(&vars, "DRAINIT_STOP_SIGNAL").as_deref(), Some("none"));
-        assert_eq!(get(&vars, "DRAINIT_STOP_REASON").as_deref(), Some("none"));
-        assert_eq!(get(&vars, "DRAINIT_OOM_KILLS").as_deref(), Some("0"));
-        (r.oom_kills, r.worker_oom) = (None, true);
-        let vars = r.finish_vars();
-        assert_eq!(get(&vars, "DRAINIT_OOM_KILLS").as_deref(), Some("unknown"), "no counter found");
-        assert_eq!(get(&vars, "DRAINIT_WORKER_STATUS").as_deref(), Some("oom_kill"));
     }
 
     #[test]

@@ -1,20 +1,7 @@
 //! The retry-after file: where a worker that exits with a backoff code may
 //! write the exact delay it wants (a DURATION). The worker controls the file,
 //! so drainit reads it as untrusted input. Unless the user names the file,
-//! it lies in drainit's private directory ([`PrivateDir`]).
-//!
-//! The private directory (mode 0700, a new random name each run, removed at
-//! exit: on a shared /tmp no other user can plant a link at a name drainit
-//! would use) lies under `$TMPDIR`, else `/dev/shm`, else `/tmp`, the first
-//! that takes one. /dev/shm comes before /tmp: Docker and Kubernetes always
-//! mount it as a private tmpfs (even `FROM scratch`, even with a read-only
-//! root), where a disk's mkdir and rmdir would sit on every start and stop.
-//! A relative `$TMPDIR` is made absolute against drainit's working directory,
-//! the one the worker starts in, so that it names the directory the user
-//! meant and the worker's path still holds after the worker changes
-//! directory (skipping it instead would put the files where nobody asked).
-//! Where no base takes a directory: one warning, and the variables that need
-//! it are not set (an inherited one is removed).
+//! it lies in drainit's private directory (`private_dir.rs`).
 
 use std::fs;
 use std::io::Read;
@@ -25,84 +12,12 @@ use std::time::Duration;
 use nix::errno::Errno;
 
 use crate::duration;
+use crate::environment::RETRY_AFTER_FILE;
 use crate::events::Event;
-
-/// The variable that names the file, in the worker's environment (and, when
-/// the user sets it, in drainit's: a path of their choosing).
-pub const VAR: &str = "DRAINIT_RETRY_AFTER_FILE";
+use crate::private_dir::{PrivateDir, RETRY_AFTER_NAME};
 
 /// At most this many bytes are read: a duration is short.
 const LIMIT: usize = 64;
-
-/// The names drainit itself puts in its private directory.
-pub const RETRY_AFTER_NAME: &str = "retry-after";
-pub const NOTIFY_NAME: &str = "notify";
-const OWN_NAMES: [&str; 2] = [RETRY_AFTER_NAME, NOTIFY_NAME];
-
-/// sun_path's size: a socket's path, its NUL included, fits in it.
-const SOCKET_PATH_ROOM: usize = 108;
-
-/// drainit's private directory: made once, removed at exit.
-#[derive(Debug)]
-pub struct PrivateDir(PathBuf);
-
-impl PrivateDir {
-    /// A new directory under `$TMPDIR`, `/dev/shm` or `/tmp`, the first that
-    /// takes one. When none does, `Err` says why, base by base, for the
-    /// one warning the caller gives.
-    pub fn create() -> Result<PrivateDir, String> {
-        let mut errors = Vec::new();
-        let tmpdir = std::env::var_os("TMPDIR").filter(|p| !p.is_empty()).and_then(|p| {
-            std::path::absolute(&p).map_err(|e| errors.push(format!("TMPDIR {}: {e}", Path::new(&p).display()))).ok()
-        });
-        let bases = tmpdir.into_iter().chain(["/dev/shm", "/tmp"].map(PathBuf::from));
-        for base in bases {
-            let template = base.join("drainit-XXXXXX");
-            // The notify socket's path must fit a socket address (108 bytes
-            // with its NUL): a base too long for it is passed over, as one
-            // that is not writable, rather than leaving the worker without
-            // a socket (the watchdog and the ready timeout off).
-            let socket = template.join(NOTIFY_NAME);
-            if socket.as_os_str().len() >= SOCKET_PATH_ROOM {
-                errors.push(format!(
-                    "{}: too long for a socket's path ({} bytes)",
-                    base.display(),
-                    socket.as_os_str().len()
-                ));
-                continue;
-            }
-            match nix::unistd::mkdtemp(&template) {
-                Ok(dir) => return Ok(PrivateDir(dir)),
-                Err(e) => errors.push(format!("{}: {}", base.display(), e.desc())),
-            }
-        }
-        Err(errors.join("; "))
-    }
-
-    /// The directory (absolute).
-    pub fn path(&self) -> &Path {
-        &self.0
-    }
-
-    /// Remove it and the names drainit put in it. Work whose size the
-    /// worker chooses never runs at exit (it would push drainit's exit past
-    /// the orchestrator's SIGKILL): what else the worker left there makes
-    /// one warning, and the directory stays (a container's /dev/shm goes
-    /// with the container).
-    pub fn remove(self) {
-        // Usually empty: one rmdir.
-        if fs::remove_dir(&self.0).is_ok() {
-            return;
-        }
-        for name in OWN_NAMES {
-            let _ = fs::remove_file(self.0.join(name));
-        }
-        if let Err(e) = fs::remove_dir(&self.0) {
-            let error = format!("left in place: {e}");
-            Event::FileSkipped { what: "private_dir", path: self.0.display().to_string(), error }.emit();
-        }
-    }
-}
 
 pub struct RetryAfter {
     /// None: no directory could be made, and the worker is told of no file.
@@ -112,27 +27,22 @@ pub struct RetryAfter {
 }
 
 impl RetryAfter {
-    /// `$DRAINIT_RETRY_AFTER_FILE` if set, else a file in drainit's private
-    /// directory; with neither, no file, and the variable (an empty one
-    /// inherited) removed.
+    /// `$DRAINIT_RETRY_AFTER_FILE` if set (a path of the user's choosing),
+    /// else a file in drainit's private directory; with neither, no file
+    /// (and `environment::retry_after_file` removes an empty one inherited).
     pub fn new(dir: Option<&PrivateDir>) -> RetryAfter {
-        if let Some(path) = std::env::var_os(VAR).filter(|p| !p.is_empty()) {
+        if let Some(path) = std::env::var_os(RETRY_AFTER_FILE).filter(|p| !p.is_empty()) {
             return RetryAfter { path: Some(PathBuf::from(path)), private: false };
         }
         match dir {
             Some(dir) => RetryAfter { path: Some(dir.path().join(RETRY_AFTER_NAME)), private: true },
-            None => {
-                if std::env::var_os(VAR).is_some() {
-                    crate::sys::unset_env(VAR);
-                }
-                RetryAfter { path: None, private: false }
-            }
+            None => RetryAfter { path: None, private: false },
         }
     }
 
     /// Whether it needs the private directory.
     pub fn wants_dir() -> bool {
-        std::env::var_os(VAR).is_none_or(|p| p.is_empty())
+        std::env::var_os(RETRY_AFTER_FILE).is_none_or(|p| p.is_empty())
     }
 
     /// The path the worker is told, if any.

@@ -115,7 +115,7 @@ impl Spawner {
     }
 
     /// Start `program`; returns its pid (= its pgid). Variables it should
-    /// see are set in drainit's own environment before (`sys::set_env`).
+    /// see are set in drainit's own environment before (`environment`).
     pub fn spawn(&mut self, program: &Program) -> Result<i32, SpawnError> {
         let argc = program.exec.argc();
         if self.stack.as_ref().is_some_and(|s| !s.fits(argc)) {
@@ -157,7 +157,7 @@ fn child_setup(
     switch_failed: &Cell<Option<(&'static str, Errno)>>,
 ) {
     if watchdog_pid {
-        sys::fill_watchdog_pid();
+        crate::environment::fill_watchdog_pid();
     }
     // Cannot fail: a fresh child is never a process group leader.
     let _ = setsid();

@@ -23,14 +23,11 @@ use nix::sys::stat::{Mode, SFlag, fstat};
 use nix::unistd::{AccessFlags, UnlinkatFlags, access, fsync, read, unlinkat, write};
 
 use crate::events::Event;
-use crate::sys;
 
-/// What the worker is told of its predecessor: `none`, `clean`, `unclean`.
-pub const PREDECESSOR_VAR: &str = "DRAINIT_PREDECESSOR";
-/// The sweep's finish program: the predecessor drainit's pid.
-pub const PREDECESSOR_PID_VAR: &str = "DRAINIT_PREDECESSOR_PID";
-/// The sweep's finish program: when the predecessor's last attempt started (unix seconds).
-pub const PREDECESSOR_STARTED_VAR: &str = "DRAINIT_PREDECESSOR_STARTED";
+use crate::environment::{
+    ATTEMPT, DEADLINE_REACHED, EXIT_CODE, PREDECESSOR_PID_VAR, PREDECESSOR_STARTED_VAR, STOP_REASON, STOP_SIGNAL,
+    WORKER_STATUS,
+};
 
 /// The lock file, held (flock) for drainit's whole run.
 const LOCK: &str = "drainit.lock";
@@ -129,12 +126,12 @@ impl Predecessor {
     pub fn finish_vars(&self) -> [(&'static str, String); 8] {
         let known = |v: Option<String>| v.unwrap_or_else(|| "unknown".into());
         [
-            ("DRAINIT_STOP_REASON", "unclean_predecessor".into()),
-            ("DRAINIT_WORKER_STATUS", "unknown".into()),
-            ("DRAINIT_EXIT_CODE", "unknown".into()),
-            ("DRAINIT_DEADLINE_REACHED", "unknown".into()),
-            ("DRAINIT_STOP_SIGNAL", "unknown".into()),
-            ("DRAINIT_ATTEMPT", known(self.attempt.map(|a| a.to_string()))),
+            (STOP_REASON, "unclean_predecessor".into()),
+            (WORKER_STATUS, "unknown".into()),
+            (EXIT_CODE, "unknown".into()),
+            (DEADLINE_REACHED, "unknown".into()),
+            (STOP_SIGNAL, "unknown".into()),
+            (ATTEMPT, known(self.attempt.map(|a| a.to_string()))),
             (PREDECESSOR_PID_VAR, known(self.pid.map(|p| p.to_string()))),
             (PREDECESSOR_STARTED_VAR, known(self.started.map(|ms| (ms / 1000).to_string()))),
         ]
@@ -233,7 +230,7 @@ pub fn setup(path: &Path, me: i32) -> Result<(StateDir, Verdict), String> {
     if let Verdict::Unclean(predecessor) = &verdict {
         predecessor.event(unix_ms()).emit();
     }
-    sys::set_env(PREDECESSOR_VAR, verdict.name().as_ref());
+    crate::environment::predecessor(verdict.name());
     Ok((state, verdict))
 }
 

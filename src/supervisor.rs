@@ -13,6 +13,7 @@ use crate::backoff::{self, Backoff, Decision, Jitter};
 use crate::cgroup;
 use crate::events::Event;
 use crate::exit::{Code, Outcome, Remap};
+use crate::readiness::Readiness;
 use crate::record::{Ending, Record, StopReason, StopRequest};
 use crate::signals::{self, Rewrite, SIGKILL, SIGTERM, Signo};
 use crate::state::Predecessor;
@@ -208,18 +209,6 @@ enum Then {
     Start,
 }
 
-/// The watchdog of one attempt.
-#[derive(Clone, Copy, Debug, PartialEq)]
-enum Watch {
-    /// No watchdog configured, or disarmed (`STOPPING=1`, a stop, the
-    /// worker's exit).
-    Off,
-    /// Configured; armed once the worker is ready (`--ready-timeout`).
-    AtReady,
-    /// Running: `Timer::Watchdog` holds its deadline.
-    On,
-}
-
 /// Settings the lifecycle depends on.
 #[derive(Clone, Debug)]
 pub struct Settings {
@@ -269,16 +258,6 @@ pub struct Supervisor {
     /// What is left of the worker (or the finish program) gets SIGKILL
     /// now, not SIGTERM: its deadline or bound has passed.
     kill_sent: bool,
-    /// When the current attempt started (`ready`'s `after`).
-    started: Option<Instant>,
-    ready: bool,
-    /// The outer socket was told `READY=1` once.
-    told_ready: bool,
-    watch: Watch,
-    /// The watchdog interval of this attempt (`WATCHDOG_USEC=` changes it).
-    interval: Duration,
-    /// The last ping, or the arming (`watchdog_expired`'s `since`).
-    pinged: Option<Instant>,
     /// The OOM-kill count rose while the current worker ran.
     oom_rose: bool,
     /// The reading that began a memory stop (`memory_stop`'s keys).
@@ -290,6 +269,8 @@ pub struct Supervisor {
     /// watchdog signal, for a stop the watchdog began). `Timer::StopStep`
     /// holds the next step's instant.
     sequence: Option<(Instant, usize, Option<Signo>)>,
+    /// The running worker's readiness and watchdog.
+    readiness: Readiness,
 }
 
 impl Supervisor {
@@ -305,16 +286,11 @@ impl Supervisor {
             jitter: Jitter::new(seed),
             requested: None,
             kill_sent: false,
-            started: None,
-            ready: false,
-            told_ready: false,
-            watch: Watch::Off,
-            interval: settings.watchdog.unwrap_or_default(),
-            pinged: None,
             oom_rose: false,
             over: (0, 0),
             sweep: None,
             sequence: None,
+            readiness: Readiness::new(&settings),
             settings,
         }
     }
@@ -410,23 +386,11 @@ impl Supervisor {
             Phase::Starting => {
                 self.phase = Phase::Running { worker: pid };
                 out.push(Action::Log(Event::ChildStarted { pid, attempt: self.record.attempt }));
-                self.started = Some(now);
-                self.ready = false;
                 self.oom_rose = false;
                 if self.settings.memory_stop.is_some() {
                     self.timers.arm(Timer::MemoryCheck, now + self.settings.memory_check);
                 }
-                self.interval = self.settings.watchdog.unwrap_or_default();
-                self.watch = Watch::Off;
-                if let Some(timeout) = self.settings.ready_timeout {
-                    self.timers.arm(Timer::Ready, now + timeout);
-                }
-                if self.settings.watchdog.is_some() {
-                    self.watch = Watch::AtReady;
-                    if self.settings.ready_timeout.is_none() {
-                        self.arm_watchdog(now);
-                    }
-                }
+                self.readiness.spawned(now, &mut self.timers);
             }
             Phase::StartingFinish => {
                 self.phase = Phase::Finishing { pid };
@@ -500,12 +464,7 @@ impl Supervisor {
                 delay: delayed.then_some(delay),
                 status,
             },
-            StopReason::Watchdog => {
-                Event::WatchdogExpired { interval: self.interval, since: self.since_ping(now), signal: sig, status }
-            }
-            StopReason::ReadyTimeout => {
-                Event::ReadyTimeout { timeout: self.settings.ready_timeout.unwrap_or_default(), signal: sig, status }
-            }
+            StopReason::Watchdog | StopReason::ReadyTimeout => self.readiness.stop_event(reason, sig, status, now),
             StopReason::Memory => Event::MemoryStop {
                 used: self.over.0,
                 limit: self.over.1,
@@ -515,15 +474,12 @@ impl Supervisor {
             },
         }));
         out.push(Action::CreateDrainFile);
-        self.not_ready(out);
+        self.readiness.disarm(&mut self.timers, out);
         if self.settings.outer {
             out.push(Action::Tell(Tell::Stopping));
         }
         self.record.stop = Some(StopRequest { signal: sig, reason, at: now });
         self.timers.arm_by(Timer::Grace, now + self.settings.grace);
-        self.watch = Watch::Off;
-        self.timers.disarm(Timer::Watchdog);
-        self.timers.disarm(Timer::Ready);
         self.timers.disarm(Timer::MemoryCheck);
         match self.phase {
             Phase::Running { worker } if delayed => {
@@ -628,8 +584,8 @@ impl Supervisor {
     }
 
     /// A message from the worker's side. Readiness and the watchdog are the
-    /// running worker's alone: during a stop, or with no worker, only its
-    /// status is kept.
+    /// running worker's alone (`Readiness`): during a stop, or with no
+    /// worker, only its status is kept.
     fn note(&mut self, note: Note, now: &mut Now, out: &mut Vec<Action>) {
         let running = match self.phase {
             Phase::Running { worker } => Some(worker),
@@ -655,81 +611,13 @@ impl Supervisor {
                 }
                 self.record.status = Some(text);
             }
-            Note::Ready => {
-                let Some(pid) = running.filter(|_| !self.ready) else { return };
-                let now = now.get();
-                self.ready = true;
-                let after = self.started.map_or(Duration::ZERO, |t| now.saturating_duration_since(t));
-                out.extend([Action::Log(Event::Ready { pid, after }), Action::CreateReadyFile]);
-                self.timers.disarm(Timer::Ready);
-                if self.watch == Watch::AtReady {
-                    self.arm_watchdog(now);
-                }
-                if self.settings.outer && !self.told_ready {
-                    self.told_ready = true;
-                    out.push(Action::Tell(Tell::Ready));
+            Note::Status(_) => {}
+            note => {
+                let Some(pid) = running else { return };
+                if let Some(reason) = self.readiness.note(note, pid, now, &mut self.timers, out) {
+                    self.expire(reason, now.get(), out);
                 }
             }
-            Note::Reloading if running.is_some() => {
-                if self.ready {
-                    self.not_ready(out);
-                    out.push(Action::Log(Event::NotReady { reason: "reloading" }));
-                }
-                if self.settings.outer {
-                    out.push(Action::Tell(Tell::Reloading));
-                    // The outer socket's supervisor now waits for READY=1 again.
-                    self.told_ready = false;
-                }
-            }
-            Note::Stopping if running.is_some() => {
-                self.not_ready(out);
-                out.push(Action::Log(Event::NotReady { reason: "stopping" }));
-                self.watch = Watch::Off;
-                self.timers.disarm(Timer::Watchdog);
-                self.timers.disarm(Timer::Ready);
-                if self.settings.outer {
-                    out.push(Action::Tell(Tell::Stopping));
-                }
-            }
-            Note::Ping if running.is_some() && self.watch == Watch::On => {
-                self.arm_watchdog(now.get());
-                if self.settings.outer {
-                    out.push(Action::Tell(Tell::Watchdog));
-                }
-            }
-            Note::Trigger if running.is_some() && self.watch != Watch::Off => {
-                self.expire(StopReason::Watchdog, now.get(), out);
-            }
-            Note::Interval(interval) if running.is_some() && self.watch != Watch::Off && !interval.is_zero() => {
-                self.interval = interval;
-                if self.watch == Watch::On {
-                    self.arm_watchdog(now.get());
-                }
-            }
-            Note::Extend(by) if running.is_some() && !self.ready => {
-                if let Some(at) = self.timers.get(Timer::Ready) {
-                    self.timers.arm(Timer::Ready, at.max(now.get() + by));
-                }
-            }
-            _ => {}
-        }
-    }
-
-    fn arm_watchdog(&mut self, now: Instant) {
-        self.watch = Watch::On;
-        self.pinged = Some(now);
-        self.timers.arm(Timer::Watchdog, now + self.interval);
-    }
-
-    /// Time since the last ping, or the arming.
-    fn since_ping(&self, now: Instant) -> Duration {
-        self.pinged.map_or(self.interval, |t| now.saturating_duration_since(t))
-    }
-
-    /// The ready file goes: a stop, `RELOADING=1`, `STOPPING=1`, an exit.
-    fn not_ready(&mut self, out: &mut Vec<Action>) {
-        if std::mem::take(&mut self.ready) {
-            out.push(Action::RemoveReadyFile);
         }
     }
 
@@ -763,10 +651,9 @@ impl Supervisor {
         self.record.worker = Some(outcome);
         self.record.worker_oom = oom;
         out.push(Action::Log(Event::ChildExited { pid, outcome, oom }));
-        self.not_ready(out);
-        self.watch = Watch::Off;
+        self.readiness.disarm(&mut self.timers, out);
         // The worker's exit ends the stop delay and the stop sequence.
-        for timer in [Timer::Watchdog, Timer::Ready, Timer::StopDelay, Timer::StopStep, Timer::MemoryCheck] {
+        for timer in [Timer::StopDelay, Timer::StopStep, Timer::MemoryCheck] {
             self.timers.disarm(timer);
         }
         let code = match self.settings.oom_exit_code {
@@ -840,19 +727,9 @@ impl Supervisor {
                 }
             }
             (Timer::StopStep, Phase::Stopping { .. }) => self.send_steps(now, out),
-            (Timer::Watchdog, Phase::Running { .. }) if self.watch == Watch::On => {
-                // drainit itself did not run for more than an interval past
-                // the deadline (stopped, paused, starved): the messages of
-                // this turn were read and held no ping, but the worker had
-                // no chance to be seen. One fresh interval.
-                let late = now.saturating_duration_since(at);
-                if late > self.interval {
-                    out.push(Action::Log(Event::WatchdogLate { late }));
-                    // A fresh interval, not a ping: `since` still counts
-                    // from the last one.
-                    self.timers.arm(Timer::Watchdog, now + self.interval);
-                } else {
-                    self.expire(StopReason::Watchdog, now, out);
+            (Timer::Watchdog, Phase::Running { .. }) => {
+                if let Some(reason) = self.readiness.watchdog_due(at, now, &mut self.timers, out) {
+                    self.expire(reason, now, out);
                 }
             }
             (Timer::Ready, Phase::Running { .. }) => self.expire(StopReason::ReadyTimeout, now, out),
@@ -1600,7 +1477,8 @@ mod tests {
         ]);
         let out = st.actions(5002, Children { left: false });
         let [Action::SpawnFinish(record)] = out.as_slice() else { panic!("{out:?}") };
-        let vars: Vec<String> = record.finish_vars().iter().map(|(k, v)| format!("{k}={v}")).collect();
+        let vars: Vec<String> =
+            crate::environment::finish_vars(record).iter().map(|(k, v)| format!("{k}={v}")).collect();
         assert_eq!(
             vars,
             [
@@ -2019,7 +1897,7 @@ mod tests {
             let out = st.actions(10, Children { left: false });
             let Some(Action::SpawnFinish(record)) = out.first() else { panic!("{name}: {out:?}") };
             assert_eq!(record.code(), Code(code), "{name}");
-            let vars = record.finish_vars();
+            let vars = crate::environment::finish_vars(record);
             assert!(vars.contains(&("DRAINIT_WORKER_STATUS", "oom_kill".into())), "{name}: {vars:?}");
             assert!(vars.contains(&("DRAINIT_OOM_KILLS", "1".into())), "{name}");
         }
@@ -2028,7 +1906,10 @@ mod tests {
         st.feed(10, Reaped(W, exited(0)));
         let out = st.actions(10, Children { left: false });
         let Some(Action::SpawnFinish(record)) = out.first() else { panic!("{out:?}") };
-        assert!(record.finish_vars().contains(&("DRAINIT_OOM_KILLS", "unknown".into())), "no counter found");
+        assert!(
+            crate::environment::finish_vars(record).contains(&("DRAINIT_OOM_KILLS", "unknown".into())),
+            "no counter found"
+        );
     }
 
     #[test]
@@ -2071,7 +1952,7 @@ mod tests {
         st.feed(20, Reaped(W, exited(75)));
         let out = st.actions(20, Children { left: false });
         let Some(Action::SpawnFinish(record)) = out.first() else { panic!("no restart: {out:?}") };
-        assert!(record.finish_vars().contains(&("DRAINIT_STOP_REASON", "memory".into())));
+        assert!(crate::environment::finish_vars(record).contains(&("DRAINIT_STOP_REASON", "memory".into())));
     }
 
     #[test]

@@ -5,7 +5,7 @@
 //! shell, no /proc, nothing but syscalls.
 
 use std::ffi::{OsStr, OsString};
-use std::io::Write;
+use std::io::{IoSlice, Write};
 use std::os::fd::{AsFd, AsRawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::time::{Duration, Instant};
@@ -14,12 +14,13 @@ use nix::errno::Errno;
 use nix::fcntl::OFlag;
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::socket::{
-    AddressFamily, MsgFlags, SockFlag, SockType, UnixAddr, connect, send, setsockopt, socket, sockopt,
+    AddressFamily, ControlMessage, MsgFlags, SockFlag, SockType, UnixAddr, connect, send, sendmsg, setsockopt, socket,
+    sockopt,
 };
 use nix::sys::stat::lstat;
 use nix::sys::time::TimeVal;
 
-use crate::{notify, sys};
+use crate::notify;
 
 /// How long `--notify` waits for its message to be read (its error texts
 /// say it: "5s").
@@ -150,7 +151,11 @@ fn send_and_wait(message: &[u8], addr: &UnixAddr, deadline: Instant) -> Result<(
     send_within(
         "the barrier was not delivered within 5s: the receiver's queue stayed full",
         "the barrier was not delivered",
-        &|| sys::send_with_fds(fd.as_fd(), b"BARRIER=1", &[write_end.as_raw_fd()]),
+        &|| {
+            let barrier = [IoSlice::new(b"BARRIER=1")];
+            let fds = [write_end.as_raw_fd()];
+            sendmsg::<()>(fd.as_raw_fd(), &barrier, &[ControlMessage::ScmRights(&fds)], MsgFlags::MSG_NOSIGNAL, None)
+        },
     )?;
     // The message in flight holds the only other copy.
     drop(write_end);

@@ -171,11 +171,9 @@ pub fn load(spec: &str, euid: u32) -> Result<Credentials, String> {
 /// user, so that the retry-after file and `NOTIFY_SOCKET` keep working.
 /// The drain file, the ready file and the termination log stay drainit's.
 pub fn hand_over(user: &Credentials, private: Option<&Path>, socket: bool) {
-    crate::sys::set_env("HOME", &user.home);
-    crate::sys::set_env("USER", user.name.as_ref());
-    crate::sys::set_env("LOGNAME", user.name.as_ref());
+    crate::environment::user(&user.home, user.name.as_ref());
     let Some(dir) = private else { return };
-    let socket_path = dir.join(crate::retry_after::NOTIFY_NAME);
+    let socket_path = dir.join(crate::private_dir::NOTIFY_NAME);
     let paths = [Some(dir), socket.then_some(socket_path.as_path())];
     for path in paths.into_iter().flatten() {
         if let Err(e) = give(path, user) {

@@ -467,36 +467,32 @@ fn sigkill_of_the_namespace_then_restart_with_the_sweep_needs_no_backoff() {
     let mut took = Vec::new();
     for sweep in [false, true] {
         let sb = Sandbox::new(if sweep { "sweep" } else { "nosweep" }, "10s", JOBS);
-        let state = sb.dir.join("state");
-        fs::create_dir(&state).unwrap();
-        let state = state.display().to_string();
+        let state = sb.dir.path("state");
+        std::fs::create_dir(&state).unwrap();
+        let state = path_str(&state);
         let mut drainit_args = vec!["--grace", "3s", "--orchestrator-timeout", "10s", "--backoff-timeout", "30s"];
         if sweep {
             // Python's start-up alone can take seconds on a loaded machine.
             drainit_args.extend(["--state-dir", &state, "--finish", &finish, "--finish-timeout", "20s"]);
         }
         let env = sb.lease_env();
-        let mut unshare = sb.spawn_env(1, true, &drainit_args, &worker_args, &env);
-        let pid1 = poll_until("drainit as unshare's child", Duration::from_secs(10), || {
-            children_of(unshare.id()).into_iter().find(|&c| {
-                fs::read_link(format!("/proc/{c}/exe")).is_ok_and(|p| p.file_name().is_some_and(|n| n == "drainit"))
-            })
-        });
-        sb.wait_mid_job(1);
-        send(pid1, libc::SIGKILL);
-        wait_exit(&mut unshare, Duration::from_secs(10)).expect("unshare exits once its child is killed");
+        let mut first = sb.spawn(Mode::Pid1, &drainit_args, &worker_args, &env);
+        let pid1 = first.pid;
+        sb.wait_mid_job(&first);
+        first.signal(libc::SIGKILL);
+        let ended = first.wait(secs(10));
+        assert_eq!(ended.signal, Some(libc::SIGKILL), "drainit (pid {pid1}) survived SIGKILL: {ended:?}");
         sb.assert_nothing_left("after SIGKILL of the namespace's PID 1");
         assert_eq!(sb.status().leases[0]["state"], "fresh");
         let interrupted = sb.status().jobs.iter().find(|j| j.status == "running").map(|j| j.id).unwrap();
 
         let t0 = Instant::now();
-        let mut unshare = sb.spawn_env(2, true, &drainit_args, &worker_args, &env);
-        sb.wait_log(2, "the first job_started", Duration::from_secs(30), |l| l.contains("event=job_started"));
+        let mut second = sb.spawn(Mode::Pid1, &drainit_args, &worker_args, &env);
+        sb.wait_log(&second, "the first job_started", secs(30), |l| l.contains("event=job_started"));
         took.push(t0.elapsed());
-        let st = wait_exit(&mut unshare, Duration::from_secs(40))
-            .unwrap_or_else(|| panic!("restarted run did not finish; log:\n{}", sb.read_log(2)));
-        let log = sb.read_log(2);
-        assert_eq!(code_of(st), 0, "log:\n{log}");
+        let st = second.wait(secs(40));
+        let log = second.log();
+        assert_eq!(st.shell_code(), 0, "log:\n{log}");
         sb.assert_nothing_left("after the restarted run");
         assert_every_job_done_once(&sb.status(), interrupted);
         if !sweep {

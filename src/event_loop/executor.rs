@@ -6,13 +6,15 @@ use std::path::PathBuf;
 use nix::unistd::Pid;
 
 use crate::custody::{Custody, GroupTarget, Walk};
+use crate::environment;
 use crate::events::Event;
 use crate::exit::Code;
 use crate::files::{self, DrainFile, SafeFile};
 use crate::memory::Usage;
 use crate::notify::Outer;
+use crate::private_dir::PrivateDir;
 use crate::procs;
-use crate::retry_after::{PrivateDir, RetryAfter};
+use crate::retry_after::RetryAfter;
 use crate::signals::{SIGKILL, Signo};
 use crate::spawn::{Program, Spawner};
 use crate::state::StateDir;
@@ -21,13 +23,6 @@ use crate::sys;
 
 /// Walks of /proc for one deadline SIGKILL as subreaper, at most.
 const KILL_WALKS: usize = 3;
-
-/// The variable that tells the worker which attempt it is.
-const ATTEMPT_VAR: &str = "DRAINIT_ATTEMPT";
-
-/// Variables drainit sets for the worker that the finish program must not
-/// take for its own (a dead worker's notify socket, its pid).
-const FINISH_UNSET: [&str; 3] = ["NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID"];
 
 /// What carrying out one action led to.
 pub enum Done {
@@ -52,7 +47,7 @@ pub struct Executor {
     /// The notify socket drainit was given itself (Podman, systemd).
     pub outer: Option<Outer>,
     /// drainit set NOTIFY_SOCKET (and the watchdog's variables) for the worker.
-    pub worker_vars: bool,
+    pub notify_vars: bool,
     pub termination_log: Option<PathBuf>,
     pub custody: Custody,
     /// Our pid as /proc names it, when /proc belongs to our PID namespace.
@@ -64,7 +59,7 @@ pub struct Executor {
     /// What the sweep changed in drainit's environment, to undo before the
     /// worker's first start: the sweep's own variables, and the worker's it
     /// took away (with their values).
-    pub swept: Option<Vec<(&'static str, Option<std::ffi::OsString>)>>,
+    pub swept: Option<environment::Undo>,
     /// DRAINIT_ATTEMPT is a number slot (`sys::fill_number`) in drainit's
     /// environment.
     pub attempt_slot: bool,
@@ -74,35 +69,18 @@ impl Executor {
     pub fn carry_out(&mut self, action: Action) -> Done {
         match action {
             Action::Spawn { attempt } => {
-                if let Some(vars) = self.swept.take() {
-                    for (key, value) in vars {
-                        match value {
-                            Some(value) => sys::set_env(key, &value),
-                            None => sys::unset_env(key),
-                        }
-                    }
+                if let Some(undo) = self.swept.take() {
+                    environment::unsweep(undo);
                 }
                 if let Some(state) = &self.state {
                     state.running(attempt);
                 }
                 self.retry_after.clear_before(attempt);
-                if !self.attempt_slot {
-                    sys::set_env(ATTEMPT_VAR, sys::NUMBER_SLOT.as_ref());
-                    self.attempt_slot = true;
-                }
-                sys::fill_number(b"DRAINIT_ATTEMPT=", attempt);
+                environment::attempt(attempt, &mut self.attempt_slot);
                 self.spawn(false)
             }
             Action::SpawnFinish(record) => {
-                // What drainit set for the worker alone.
-                for key in FINISH_UNSET {
-                    if std::env::var_os(key).is_some() && self.worker_vars {
-                        sys::unset_env(key);
-                    }
-                }
-                for (key, value) in record.finish_vars() {
-                    sys::set_env(key, value.as_ref());
-                }
+                environment::finish(&record, self.notify_vars);
                 // DRAINIT_ATTEMPT is the finish program's value now.
                 self.attempt_slot = false;
                 self.spawn(true)
@@ -110,18 +88,7 @@ impl Executor {
             Action::SpawnSweep(predecessor) => {
                 // The worker's variables are not the finish program's; they
                 // come back before the worker starts.
-                let mut undo = Vec::new();
-                for key in FINISH_UNSET.into_iter().filter(|_| self.worker_vars) {
-                    if let Some(value) = std::env::var_os(key) {
-                        sys::unset_env(key);
-                        undo.push((key, Some(value)));
-                    }
-                }
-                for (key, value) in predecessor.finish_vars() {
-                    undo.push((key, std::env::var_os(key)));
-                    sys::set_env(key, value.as_ref());
-                }
-                self.swept = Some(undo);
+                self.swept = Some(environment::sweep(&predecessor, self.notify_vars));
                 self.spawn(true)
             }
             Action::Forward(sig) => {
