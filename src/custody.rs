@@ -45,12 +45,7 @@ pub enum GroupTarget {
 pub struct Everyone {
     /// `kill(-pgid)` first (the group fork cannot outrun), when exact.
     pub group: Option<i32>,
-    /// `kill(-1)`: as PID 1, every other process of the namespace; only
-    /// while drainit has a child. Everything drainit started descends from
-    /// it, so with no child nothing of it is left, and the kernel walks
-    /// every task of the host for a `kill(-1)` (the bulk of PID 1's exit
-    /// on a busy host). What the loop cannot wait for anyway (a process
-    /// that entered the namespace by setns) goes with drainit's exit.
+    /// `kill(-1)`: as PID 1, every other process of the namespace.
     pub namespace: bool,
     pub descendants: Walk,
 }
@@ -134,8 +129,7 @@ impl Custody {
             (true, Role::Pid1) => Walk::Skip,
             (true, Role::Subreaper | Role::Plain) => Walk::Each,
         };
-        let namespace = self.mode == Role::Pid1 && self.children_left;
-        Everyone { group: self.group.filter(|_| !self.leader_reaped), namespace, descendants }
+        Everyone { group: self.group.filter(|_| !self.leader_reaped), namespace: self.mode == Role::Pid1, descendants }
     }
 }
 
@@ -182,8 +176,7 @@ mod tests {
             (Role::Pid1, true, false, Left::Running, true, Some(G), true, Count),
             (Role::Pid1, true, false, Left::Running, false, Some(G), true, Skip),
             (Role::Pid1, true, true, Left::Running, true, None, true, Count),
-            (Role::Pid1, true, true, Left::Nothing, true, None, false, Skip),
-            (Role::Pid1, false, true, Left::Nothing, false, None, false, Skip),
+            (Role::Pid1, true, true, Left::Nothing, true, None, true, Skip),
             (Role::Pid1, false, false, Left::Running, true, Some(G), true, Skip),
             (Role::Subreaper, true, false, Left::Running, false, Some(G), false, Each),
             (Role::Subreaper, true, true, Left::Running, true, None, false, Each),
