@@ -29,7 +29,7 @@ cases! {
     case log_wran(&[], &[("DRAINIT_LOG", "wran")], "did you mean warn?");
     case log_verbose(&[], &[("DRAINIT_LOG", "verbose")], "DRAINIT_LOG 'verbose'");
     case log_other_module(&[], &[("DRAINIT_LOG", "info,hyper=debug")], "'hyper=debug'");
-    case watchdog_zero(&["--watchdog", "0"], &[], "--watchdog '0': must be more than 0");
+    case watchdog_zero(&["--watchdog", "0"], &[], "--watchdog '0': must be at least 1ms");
     case watchdog_variable_bad(&[], &[("DRAINIT_WATCHDOG", "often")], "DRAINIT_WATCHDOG 'often'");
     case ready_timeout_zero(&[], &[("DRAINIT_READY_TIMEOUT", "0s")], "DRAINIT_READY_TIMEOUT '0s'");
     case ready_file_empty(&[], &[("DRAINIT_READY_FILE", "")], "DRAINIT_READY_FILE is set but empty");
