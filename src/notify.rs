@@ -483,27 +483,31 @@ fn read_proc(pid: i32, spare: &mut Option<OwnedFd>) -> Proc {
     // The path ends in a NUL when it left room for one (the buffer is zeroed).
     let Some(path) = CStr::from_bytes_until_nul(&path).ok().filter(|_| room > 0) else { return Proc::Gone };
     let open = || openat(AT_FDCWD, path, OFlag::O_RDONLY | OFlag::O_CLOEXEC, Mode::empty());
-    let fd = match open() {
+    let read = |fd: OwnedFd| {
+        // What is needed comes within the first few hundred bytes (the
+        // command name is at most 64); a read cut short still holds the
+        // command name's closing parenthesis (what follows it is numbers).
+        let mut buf = [0u8; 1024];
+        match nix::unistd::read(&fd, &mut buf) {
+            Ok(n) => stat_fields(&buf[..n]).map_or(Proc::Gone, |(parent, start)| Proc::Is { parent, start }),
+            Err(Errno::ESRCH) => Proc::Gone,
+            Err(_) => Proc::Unreadable,
+        }
+    };
+    let opened = match open() {
         Err(Errno::EMFILE | Errno::ENFILE) if spare.is_some() => {
             drop(spare.take());
-            let fd = open();
+            // Read and closed before the spare is taken again: its number
+            // is the one the read used.
+            let read = open().map(read);
             *spare = spare_fd();
-            fd
+            read
         }
-        other => other,
+        other => other.map(read),
     };
-    let fd = match fd {
-        Ok(fd) => fd,
-        Err(Errno::ENOENT | Errno::ESRCH) => return Proc::Gone,
-        Err(_) => return Proc::Unreadable,
-    };
-    // What is needed comes within the first few hundred bytes (the command
-    // name is at most 64); a read cut short still holds the command name's
-    // closing parenthesis (what follows it is numbers).
-    let mut buf = [0u8; 1024];
-    match nix::unistd::read(&fd, &mut buf) {
-        Ok(n) => stat_fields(&buf[..n]).map_or(Proc::Gone, |(parent, start)| Proc::Is { parent, start }),
-        Err(Errno::ESRCH) => Proc::Gone,
+    match opened {
+        Ok(proc) => proc,
+        Err(Errno::ENOENT | Errno::ESRCH) => Proc::Gone,
         Err(_) => Proc::Unreadable,
     }
 }
