@@ -1,15 +1,23 @@
-//! systemd's notify protocol, drainit's side of it: the datagram socket the
-//! worker notifies on (`NOTIFY_SOCKET`), the parser of its messages, the rule
-//! for who may notify, and drainit's own client of a notify socket it
-//! inherited (Podman's `--sdnotify=container`, a systemd unit). Nothing about
-//! readiness or the watchdog is decided here: the event loop gets parsed
-//! assignments and acts on them.
+//! systemd's notify protocol, drainit's side of it, whole: the datagram
+//! socket the worker notifies on (`NOTIFY_SOCKET`), the parser of its
+//! messages, who may notify (`may_notify`), the inbox the event loop reads
+//! (`Inbox`: the rejections counted, each assignment turned into the
+//! supervisor's `Note`), the descriptors that ride along let go of without
+//! blocking (`release`), and drainit's own client of a notify socket it
+//! inherited (Podman's `--sdnotify=container`, a systemd unit: `Outer`, what
+//! it is told). Nothing about readiness or the watchdog is decided here: the
+//! supervisor decides on the notes.
+//!
+//! Nothing a sender chooses costs drainit without bound: a batch of
+//! messages ends at the next deadline, a sender met before costs one /proc
+//! read, and no close of a received descriptor can wait (docs/reliability.md
+//! lists every such object).
 //!
 //! The protocol (sd_notify(3)): one datagram per message, newline-separated
 //! `VAR=VALUE` assignments, at most 4096 bytes, the sender's pid attached by
 //! the kernel (SCM_CREDENTIALS, which SO_PASSCRED on the receiving socket asks
-//! for). File descriptors may ride along (SCM_RIGHTS); the receiver closes
-//! those it has no use for, and a sender's `BARRIER=1` waits for exactly that
+//! for). File descriptors may ride along (SCM_RIGHTS); the receiver lets go
+//! of those it has no use for, and a sender's `BARRIER=1` waits for exactly that
 //! close (the last copy of a pipe's write end gone: POLLHUP on its read end).
 
 use std::ffi::{CStr, OsStr};
@@ -191,13 +199,13 @@ fn usec(v: &[u8]) -> Option<u64> {
 }
 
 /// One datagram, as `NotifySocket::drain` read it. Its descriptors, if it
-/// carried any, are closed once `each` has returned.
+/// carried any, are released (`release`) once `each` has returned.
 #[derive(Clone, Debug)]
 pub struct Message<'a> {
     /// The sender's pid as the kernel translated it into drainit's PID
     /// namespace (0: the sender is outside it); None without credentials.
     pub pid: Option<i32>,
-    /// How many descriptors came with it (all closed right after).
+    /// How many descriptors came with it (all released right after).
     #[allow(dead_code, reason = "read by the tests; the loop only closes them")]
     pub fds: usize,
     /// Its assignments, or why it is dropped. The sender is not checked
@@ -473,27 +481,31 @@ fn read_proc(pid: i32, spare: &mut Option<OwnedFd>) -> Proc {
     // The path ends in a NUL when it left room for one (the buffer is zeroed).
     let Some(path) = CStr::from_bytes_until_nul(&path).ok().filter(|_| room > 0) else { return Proc::Gone };
     let open = || openat(AT_FDCWD, path, OFlag::O_RDONLY | OFlag::O_CLOEXEC, Mode::empty());
-    let fd = match open() {
+    let read = |fd: OwnedFd| {
+        // What is needed comes within the first few hundred bytes (the
+        // command name is at most 64); a read cut short still holds the
+        // command name's closing parenthesis (what follows it is numbers).
+        let mut buf = [0u8; 1024];
+        match nix::unistd::read(&fd, &mut buf) {
+            Ok(n) => stat_fields(&buf[..n]).map_or(Proc::Gone, |(parent, start)| Proc::Is { parent, start }),
+            Err(Errno::ESRCH) => Proc::Gone,
+            Err(_) => Proc::Unreadable,
+        }
+    };
+    let opened = match open() {
         Err(Errno::EMFILE | Errno::ENFILE) if spare.is_some() => {
             drop(spare.take());
-            let fd = open();
+            // Read and closed before the spare is taken again: its number
+            // is the one the read used.
+            let read = open().map(read);
             *spare = spare_fd();
-            fd
+            read
         }
-        other => other,
+        other => other.map(read),
     };
-    let fd = match fd {
-        Ok(fd) => fd,
-        Err(Errno::ENOENT | Errno::ESRCH) => return Proc::Gone,
-        Err(_) => return Proc::Unreadable,
-    };
-    // What is needed comes within the first few hundred bytes (the command
-    // name is at most 64); a read cut short still holds the command name's
-    // closing parenthesis (what follows it is numbers).
-    let mut buf = [0u8; 1024];
-    match nix::unistd::read(&fd, &mut buf) {
-        Ok(n) => stat_fields(&buf[..n]).map_or(Proc::Gone, |(parent, start)| Proc::Is { parent, start }),
-        Err(Errno::ESRCH) => Proc::Gone,
+    match opened {
+        Ok(proc) => proc,
+        Err(Errno::ENOENT | Errno::ESRCH) => Proc::Gone,
         Err(_) => Proc::Unreadable,
     }
 }

@@ -47,13 +47,9 @@ impl PrivateDir {
             // with its NUL): a base too long for it is passed over, as one
             // that is not writable, rather than leaving the worker without
             // a socket (the watchdog and the ready timeout off).
-            let socket = template.join(NOTIFY_NAME);
-            if socket.as_os_str().len() >= SOCKET_PATH_ROOM {
-                errors.push(format!(
-                    "{}: too long for a socket's path ({} bytes)",
-                    base.display(),
-                    socket.as_os_str().len()
-                ));
+            let socket = template.as_os_str().len() + 1 + NOTIFY_NAME.len();
+            if socket >= SOCKET_PATH_ROOM {
+                errors.push(format!("{}: too long for a socket's path ({socket} bytes)", base.display()));
                 continue;
             }
             match nix::unistd::mkdtemp(&template) {

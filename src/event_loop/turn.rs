@@ -31,7 +31,7 @@ pub fn run<O: Os>(supervisor: &mut Supervisor, exec: &mut Executor, os: &mut O) 
         if let Some(code) = exit {
             return code;
         }
-        gather.notes(os, &exec.custody, supervisor.next_deadline());
+        gather.notes(os, &exec.custody, || supervisor.next_deadline());
         gather.reaped(os, &mut exec.custody);
         for input in gather.inputs.drain(..) {
             if let Some(code) = feed.input(input, supervisor, exec, &mut now) {

@@ -223,10 +223,10 @@ impl Gather {
     /// The notify messages waiting, after the signals and before the
     /// reaped children: a ping read in the turn its watchdog comes due
     /// is seen first.
-    pub fn notes<O: Os>(&mut self, os: &mut O, custody: &Custody, deadline: Option<Instant>) {
+    pub fn notes<O: Os>(&mut self, os: &mut O, custody: &Custody, deadline: impl FnOnce() -> Option<Instant>) {
         if std::mem::take(&mut self.notify) {
             let inputs = &mut self.inputs;
-            os.notes(custody.leader(), NOTES_PER_TURN, deadline, &mut |input| inputs.push(input));
+            os.notes(custody.leader(), NOTES_PER_TURN, deadline(), &mut |input| inputs.push(input));
         }
     }
 

@@ -281,16 +281,22 @@ pub fn fill_number(key: &[u8], mut n: u32) {
         if var.is_null() {
             return;
         }
-        // SAFETY: var is a NUL-terminated string of the environment.
-        let bytes = unsafe { std::ffi::CStr::from_ptr(var) }.to_bytes();
         // Found by its name alone: a number written earlier may be shorter
         // than the slot (its NUL comes sooner). Matching the slot's length
         // found nothing after the first spawn and handed every later
-        // attempt the first one's WATCHDOG_PID.
-        if bytes.starts_with(key)
-            && bytes.get(key.len()) == Some(&b'=')
-            && bytes.len() <= key.len() + 1 + NUMBER_SLOT.len()
-        {
+        // attempt the first one's WATCHDOG_PID. Compared byte by byte, no
+        // strlen of every entry: the environment may be large.
+        let at = |i: usize| {
+            // SAFETY: called only for i up to the first NUL of var, a
+            // NUL-terminated string of the environment (see `named`): the
+            // name's bytes are not NUL, so each comparison stops at the
+            // first byte that differs, the NUL at the latest.
+            unsafe { *var.cast::<u8>().add(i) }
+        };
+        let named = key.iter().enumerate().all(|(i, &b)| at(i) == b)
+            && at(key.len()) == b'='
+            && (key.len() + 1..=key.len() + 1 + NUMBER_SLOT.len()).any(|i| at(i) == 0);
+        if named {
             let value = var.cast::<u8>().wrapping_add(key.len() + 1);
             for (i, digit) in digits[..len].iter().rev().enumerate() {
                 // SAFETY: an entry of this name is the slot drainit set (an
