@@ -491,9 +491,9 @@ fn lease_events(s: &Scenario, block: &str, name: &str) -> Vec<Event> {
 /// `running`). The next container, with the same `--state-dir`, logs
 /// `unclean_predecessor` and runs `release` first (told
 /// `DRAINIT_STOP_REASON=unclean_predecessor`): the lease freed and the job
-/// requeued before the worker starts, which claims the lease at once (token
-/// + 1, no backoff although the stale threshold is 30s) and does every job
-/// left: each done exactly once, the eaten one twice attempted.
+/// requeued before the worker starts, which claims the lease at once (the
+/// next token, no backoff although the stale threshold is 30s) and does
+/// every job left: each done exactly once, the eaten one twice attempted.
 #[test]
 fn lease_worker_group_oom_kill_is_swept_up_by_release() {
     let s = scenario("lease_worker_group_oom");
