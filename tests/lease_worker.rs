@@ -842,7 +842,6 @@ fn oom_kill_of_the_worker_alone_then_finish_releases_its_lease() {
     // SAFETY: geteuid has no preconditions.
     assert_eq!(unsafe { libc::geteuid() }, 0, "this scenario needs root (unshare --pid, a memory cgroup)");
     const EAT_AT: u32 = 2;
-    let _heavy = heavy();
     let sb = Sandbox::new("oom", "30s", JOBS);
     let cg = Cgroup::new("lease-oom", Some(128));
     let finish = release_script();

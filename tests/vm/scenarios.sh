@@ -13,7 +13,7 @@
 # memory.events around the run), env (envrec's records: the finish
 # program's and a recording worker's DRAINIT_* variables, in the order they
 # ran), climb (the climber's progress), tlog (the termination message),
-# kernel (the kernel's OOM lines).
+# kernel (the kernel's OOM lines), db (the lease worker's `status`).
 set -u
 name=$1
 D=/tmp/$name
