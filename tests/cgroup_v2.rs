@@ -10,6 +10,10 @@
 //! namespaces and the cgroup2 fs read-only at /sys/fs/cgroup, or the host's
 //! view of the same cgroup.
 //!
+//! The lease worker's scenario (examples/lease-worker under the group kill)
+//! runs python3 from this machine's root, which tests/vm/run shares with the
+//! VM read-only over 9p.
+//!
 //! The VM boots once per test process and runs every scenario; each test
 //! below asserts on its scenario's output (the blocks scenarios.sh prints).
 //! A missing tool (qemu, cpio, busybox-static, apt's lists for the kernel)
@@ -25,7 +29,7 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use containers::{MANIFEST_DIR, run_bounded, statics};
-use kit::{BIN, Event, check_log_end, is_static_elf, parse_events};
+use kit::{BIN, Event, check_log_end, is_static_elf, parse_events, parse_events_tagged};
 
 /// The limit every scenario's container has (scenarios.sh's LIMIT, 64M).
 const LIMIT: u64 = 64 << 20;
@@ -471,4 +475,89 @@ fn state_dir_sweeps_up_after_a_group_oom_kill() {
     assert_eq!(var(&records[1].1, "DRAINIT_PREDECESSOR"), "unclean", "{}", s.text);
     assert_eq!(var(&records[2].1, "DRAINIT_STOP_REASON"), "none", "{}", s.text);
     check_log_end(s.block("log"), 0).unwrap();
+}
+
+// ---------------------------------------------------------------------------
+// The lease worker (examples/lease-worker) under the group kill.
+
+/// The lease worker's events (its own and `release`'s) in a log block.
+fn lease_events(s: &Scenario, block: &str, name: &str) -> Vec<Event> {
+    parse_events_tagged("lease-worker", s.block(block)).into_iter().filter(|e| e.name == name).collect()
+}
+
+/// Kubernetes' group OOM kill of the lease worker's container: at its second
+/// job the worker takes 512 MiB of a 64 MiB container, and the kill takes
+/// drainit with it (no `exit`, no `release`: the lease stays held, the job
+/// `running`). The next container, with the same `--state-dir`, logs
+/// `unclean_predecessor` and runs `release` first (told
+/// `DRAINIT_STOP_REASON=unclean_predecessor`): the lease freed and the job
+/// requeued before the worker starts, which claims the lease at once (the
+/// next token, no backoff although the stale threshold is 30s) and does
+/// every job left: each done exactly once, the eaten one twice attempted.
+#[test]
+fn lease_worker_group_oom_kill_is_swept_up_by_release() {
+    let s = scenario("lease_worker_group_oom");
+    assert_eq!(s.status("first_status"), "signal 9", "drainit survived the group kill:\n{}", s.text);
+    assert!(s.counter("first_events_after", "oom_group_kill") >= 1, "{}", s.text);
+    assert!(!s.has_event("first_log", "exit"), "{}", s.text);
+    let claimed = lease_events(s, "first_log", "lease_claimed");
+    assert_eq!(claimed.len(), 1, "{}", s.text);
+    let token: u32 = claimed[0].num("token") as u32;
+    let eating = lease_events(s, "first_log", "eating");
+    assert_eq!(eating.len(), 1, "{}", s.text);
+    let eaten_job = eating[0]["job"].to_string();
+    assert!(lease_events(s, "first_log", "eaten").is_empty(), "512 MiB fit in 64 MiB?\n{}", s.text);
+    assert!(lease_events(s, "first_log", "release").is_empty(), "release ran after the group kill:\n{}", s.text);
+    assert!(lease_events(s, "first_log", "exit").is_empty(), "{}", s.text);
+
+    // The sweep: release before the worker, fenced on the dead worker's token.
+    assert_eq!(s.status("status"), "exited 0", "{}", s.text);
+    let unclean = s.event("log", "unclean_predecessor");
+    assert_eq!(unclean.get("attempt"), Some("1"), "{}", s.text);
+    let release = lease_events(s, "log", "release");
+    assert_eq!(release.len(), 2, "the sweep's and the exit's:\n{}", s.text);
+    let r = &release[0];
+    assert_eq!(r.get("outcome"), Some("released"), "{}", s.text);
+    assert_eq!(r.get("token"), Some(token.to_string().as_str()), "{}", s.text);
+    assert_eq!(r.get("requeued"), Some("1"), "the dead worker's job, at once:\n{}", s.text);
+    assert_eq!(r.get("stop_reason"), Some("unclean_predecessor"), "{}", s.text);
+    assert_eq!(r.get("worker"), Some("unknown"), "{}", s.text);
+    let lines: Vec<&str> = s.block("log").lines().collect();
+    let at = |pat: &str| lines.iter().position(|l| l.starts_with(pat));
+    assert!(
+        at("drainit: event=unclean_predecessor") < at("drainit: event=finish_started")
+            && at("drainit: event=finish_started") < at("lease-worker: event=release ")
+            && at("lease-worker: event=release ") < at("drainit: event=finish_exited")
+            && at("drainit: event=finish_exited") < at("drainit: event=child_started"),
+        "the sweep did not come before the worker:\n{}",
+        s.text
+    );
+
+    // The worker at once: no backoff, the lease taken as released.
+    assert!(!s.has_event("log", "backoff"), "the released lease needs no backoff:\n{}", s.text);
+    assert!(lease_events(s, "log", "lease_busy").is_empty(), "{}", s.text);
+    assert_eq!(s.events("log").iter().filter(|e| e.name == "child_started").count(), 1, "{}", s.text);
+    let claimed = lease_events(s, "log", "lease_claimed");
+    assert_eq!(claimed.len(), 1, "{}", s.text);
+    assert_eq!(claimed[0].get("previous"), Some("released"), "{}", s.text);
+    assert_eq!(claimed[0].get("token"), Some((token + 1).to_string().as_str()), "{}", s.text);
+    assert_eq!(claimed[0].get("requeued"), Some("0"), "release had requeued the job already:\n{}", s.text);
+    assert_eq!(release[1].get("outcome"), Some("nothing_held"), "{}", s.text);
+    check_log_end(s.block("log"), 0).unwrap();
+
+    // Every job done exactly once; the eaten one attempted twice.
+    let db = s.block("db");
+    let summary = db.lines().find(|l| l.starts_with("summary ")).unwrap_or_else(|| panic!("{}", s.text));
+    assert!(
+        summary.contains(" jobs=4 ")
+            && summary.contains(" running=0 ")
+            && summary.contains(" done=4 ")
+            && summary.contains(" completions=4 ")
+            && summary.contains(" duplicates=0"),
+        "{}",
+        s.text
+    );
+    let eaten = format!("job id={eaten_job} status=done attempts=2 ");
+    assert!(db.lines().any(|l| l.starts_with(&eaten)), "want {eaten:?}:\n{}", s.text);
+    assert!(db.lines().any(|l| l.starts_with("lease ") && l.ends_with(" state=released")), "{}", s.text);
 }

@@ -2,7 +2,8 @@
 //! stopped with SIGTERM, SIGKILLed with its whole PID namespace mid-job, or ignores
 //! SIGTERM until drainit's deadline SIGKILLs it. Issue 15: with drainit's `--finish`
 //! running `release`, a worker SIGKILLed at the deadline leaves nothing to wait for,
-//! and `release` never frees a lease a newer holder took.
+//! and `release` never frees a lease a newer holder took. Issue 32: the worker
+//! alone OOM-killed (Docker, Podman) is told, and `release` frees its lease.
 //!
 //! The worker is `examples/lease-worker/worker.py` (python3, standard library only),
 //! with its queue and lease in a real SQLite file. Each test gets its own scratch dir,
@@ -298,14 +299,21 @@ fn line_index(log: &str, pred: impl Fn(&str) -> bool) -> Option<usize> {
 /// drainit's exit. Returns the release record for what else the scenario
 /// checks.
 fn assert_released_after_the_kill(log: &str, token: &str) -> HashMap<String, String> {
+    assert_released_after(log, token, "signal:SIGKILL", "1")
+}
+
+/// The same after any death of the worker that drainit survived: `worker` is
+/// DRAINIT_WORKER_STATUS as the finish program saw it, `deadline` whether
+/// drainit's deadline killed it.
+fn assert_released_after(log: &str, token: &str, worker: &str, deadline: &str) -> HashMap<String, String> {
     let release = worker_events(log, "release");
     assert_eq!(release.len(), 1, "log:\n{log}");
     let r = &release[0];
     assert_eq!(r["outcome"], "released", "log:\n{log}");
     assert_eq!(r["requeued"], "1", "log:\n{log}");
     assert_eq!(r["token"], token, "fenced on the worker's token; log:\n{log}");
-    assert_eq!(r["worker"], "signal:SIGKILL", "log:\n{log}");
-    assert_eq!(r["deadline_reached"], "1", "log:\n{log}");
+    assert_eq!(r["worker"], worker, "log:\n{log}");
+    assert_eq!(r["deadline_reached"], deadline, "log:\n{log}");
     let at = |pat: &str| line_index(log, |l| l.contains(pat)).unwrap_or_else(|| panic!("no {pat}; log:\n{log}"));
     assert!(at("drainit: event=child_exited") < at("drainit: event=finish_started"), "log:\n{log}");
     assert!(at("drainit: event=finish_started") < at("lease-worker: event=release"), "log:\n{log}");
@@ -817,6 +825,112 @@ fn watchdog_stops_a_wedged_job_loop_and_finish_releases_its_lease() {
     assert_eq!(release[0]["stop_reason"], "none", "log:\n{log}");
     assert_every_job_done_once(&sb.status(), wedged_job);
     eprintln!("[watchdog] the new run took {took:?}");
+}
+
+/// 6. Issue 32, Docker's and Podman's OOM kill (`memory.oom.group=0`; cgroup v1
+///    here has no group kill at all): drainit, PID 1 of its namespace as in a
+///    container, in a memory cgroup of 128 MiB; at its second job the worker takes
+///    512 MiB and the kernel's OOM killer kills it alone, mid-job. drainit survives,
+///    tells it (`oom_kill`, `child_exited ... oom=1`), and runs `release`, told
+///    `DRAINIT_WORKER_STATUS=oom_kill`: the lease is freed and the job requeued at
+///    once; drainit exits `--oom-exit-code`. The next "container" claims the lease at
+///    once (no backoff, although the stale threshold is 30s) and every job is done
+///    exactly once. (The v2 group kill, where drainit dies too, is the VM's
+///    `lease_worker_group_oom`, tests/cgroup_v2.rs.)
+#[test]
+fn oom_kill_of_the_worker_alone_then_finish_releases_its_lease() {
+    // SAFETY: geteuid has no preconditions.
+    assert_eq!(unsafe { libc::geteuid() }, 0, "this scenario needs root (unshare --pid, a memory cgroup)");
+    const EAT_AT: u32 = 2;
+    let sb = Sandbox::new("oom", "30s", JOBS);
+    let cg = Cgroup::new("lease-oom", Some(128));
+    let finish = release_script();
+    let drainit_args = [
+        "--oom-exit-code",
+        "3",
+        "--grace",
+        "3s",
+        "--orchestrator-timeout",
+        "10s",
+        "--finish",
+        finish.as_str(),
+        // Python's start-up alone can take seconds on a loaded machine.
+        "--finish-timeout",
+        "20s",
+    ];
+    let worker_args = ["--heartbeat", "300ms", "--step", "100ms", "--steps", "3"];
+    let env = sb.lease_env();
+    let mut eat_env = env.clone();
+    eat_env.extend([("LEASE_EAT_AT_JOB".to_string(), EAT_AT.to_string()), ("LEASE_EAT_MIB".into(), "512".into())]);
+    let spawn = |env: &[(String, String)]| {
+        let mut args: Vec<String> = drainit_args.iter().map(|s| s.to_string()).collect();
+        args.push("--".into());
+        args.extend(sb.worker_argv("run", &worker_args));
+        sb.start(cg.enter(drainit(Mode::Pid1, args)), env)
+    };
+
+    let mut first = spawn(&eat_env);
+    let st = first.wait(secs(60));
+    let log = first.log();
+    assert_eq!(st.shell_code(), 3, "--oom-exit-code, not 137; log:\n{log}");
+    sb.assert_nothing_left("after drainit and its finish program exited");
+    assert_eq!(cg.oom_kills(), 1, "the kernel's count; log:\n{log}");
+
+    let claimed = worker_events(&log, "lease_claimed");
+    assert_eq!(claimed.len(), 1, "log:\n{log}");
+    let token: u32 = claimed[0]["token"].parse().unwrap();
+    let eating = worker_events(&log, "eating");
+    assert_eq!(eating.len(), 1, "log:\n{log}");
+    let eaten_job: u32 = eating[0]["job"].parse().unwrap();
+    assert!(worker_events(&log, "eaten").is_empty(), "512 MiB fit under 128 MiB? log:\n{log}");
+    assert_eq!(worker_events(&log, "job_done").len(), EAT_AT as usize - 1, "log:\n{log}");
+    assert!(worker_events(&log, "exit").is_empty(), "an OOM kill runs no cleanup; log:\n{log}");
+
+    // Told: the kill, the worker's death as an OOM kill, the exit.
+    let oom = drainit_events(&log, "oom_kill");
+    assert_eq!(oom.len(), 1, "log:\n{log}");
+    assert_eq!((oom[0]["count"].as_str(), oom[0]["total"].as_str()), ("1", "1"), "log:\n{log}");
+    let died = drainit_events(&log, "child_exited");
+    assert_eq!(died.len(), 1, "no restart after an OOM kill; log:\n{log}");
+    assert_eq!(died[0].get("signal").map(String::as_str), Some("SIGKILL"), "log:\n{log}");
+    assert_eq!(died[0].get("oom").map(String::as_str), Some("1"), "log:\n{log}");
+    assert!(drainit_events(&log, "deadline_reached").is_empty(), "no stop, no deadline; log:\n{log}");
+    let exit = drainit_events(&log, "exit");
+    assert_eq!(exit.last().map(|e| e["code"].as_str()), Some("3"), "log:\n{log}");
+    assert_eq!(exit.last().and_then(|e| e.get("oom_kills")).map(String::as_str), Some("1"), "log:\n{log}");
+
+    // The finish program, told it was an OOM kill, frees the lease at once.
+    let r = assert_released_after(&log, &token.to_string(), "oom_kill", "0");
+    assert_eq!(r["stop_reason"], "none", "log:\n{log}");
+    let s = sb.status();
+    assert_eq!(s.running, 0, "released at once, not after the 30s stale threshold: {s:?}");
+    assert_eq!(s.done, EAT_AT - 1, "{s:?}");
+    assert_eq!(s.leases[0]["state"], "released", "{s:?}");
+    assert!(!sb.token_file().exists(), "release removes the token file it acted on");
+
+    // The next "container", in the same cgroup, without the leak: the lease at once.
+    let t0 = Instant::now();
+    let mut second = spawn(&env);
+    let st = second.wait(secs(40));
+    let took = t0.elapsed();
+    let log = second.log();
+    assert_eq!(st.shell_code(), 0, "new drainit {st:?}; log:\n{log}");
+    sb.assert_nothing_left("after the new run");
+    assert!(drainit_events(&log, "backoff").is_empty(), "the released lease needs no backoff; log:\n{log}");
+    assert!(worker_events(&log, "lease_busy").is_empty(), "log:\n{log}");
+    assert_eq!(drainit_events(&log, "child_started").len(), 1, "log:\n{log}");
+    let claimed = worker_events(&log, "lease_claimed");
+    assert_eq!(claimed.len(), 1, "claimed, not reclaimed after going stale; log:\n{log}");
+    assert_eq!(claimed[0]["previous"], "released", "log:\n{log}");
+    assert_eq!(claimed[0]["token"], (token + 1).to_string(), "log:\n{log}");
+    assert_eq!(claimed[0]["requeued"], "0", "release had requeued the job already; log:\n{log}");
+    assert_eq!(cg.oom_kills(), 1, "no second kill; log:\n{log}");
+    let release = worker_events(&log, "release");
+    assert_eq!(release.len(), 1, "log:\n{log}");
+    assert_eq!(release[0]["outcome"], "nothing_held", "log:\n{log}");
+    assert_eq!(release[0]["worker"], "exited:0", "log:\n{log}");
+    assert_every_job_done_once(&sb.status(), eaten_job);
+    eprintln!("[oom] the new run took {took:?}");
 }
 
 /// `release` is fenced on the token in its token file, so it never frees a lease a

@@ -174,6 +174,18 @@ class Notifier:
                 log("notify_failed", socket=os.environ.get("NOTIFY_SOCKET"), error=str(e))
 
 
+def eat(mib):
+    """Take MIB MiB, 4 MiB at a time, every page written (a page only reserved is
+    not charged to the container's memory cgroup): a leak, or a job too big for
+    its container. Under a lower limit the kernel's OOM killer ends the process
+    here, with SIGKILL: no handler runs, nothing is handed back. Returns what it
+    took, to be held until the job ends."""
+    held = []
+    for _ in range(0, mib, 4):
+        held.append(b"\x01" * (4 << 20))
+    return held
+
+
 def wedge_forever():
     """Block for good in a read nobody answers: a pipe whose write end we keep open.
     A signal interrupts the read, its handler only sets the shutdown token, and the
@@ -295,6 +307,13 @@ def build_parser():
                     help="misbehave: after claiming its Nth job, block the job loop for good in "
                          "a read nobody answers, while the heartbeat thread goes on renewing "
                          "the lease (for drainit's --watchdog) [LEASE_WEDGE_AT_JOB, default 0 = never]")
+    pr.add_argument("--eat-at-job", type=int, default=int(env("LEASE_EAT_AT_JOB", "0")),
+                    help="misbehave: after claiming its Nth job, take --eat-mib MiB of memory "
+                         "(for an OOM kill in a container with a lower limit) "
+                         "[LEASE_EAT_AT_JOB, default 0 = never]")
+    pr.add_argument("--eat-mib", type=int, default=int(env("LEASE_EAT_MIB", "512")),
+                    help="with --eat-at-job: how many MiB, 4 MiB at a time, each byte written "
+                         "[LEASE_EAT_MIB, default 512]")
 
     sub.add_parser("release", parents=[common],
                    help="free the lease this container's worker held (fenced on its token) and "
@@ -323,6 +342,8 @@ def parse_args(argv):
                 raise ValueError("--steps must be >= 1")
             if a.wedge_at_job < 0:
                 raise ValueError("--wedge-at-job must be >= 0")
+            if a.eat_at_job < 0 or a.eat_mib < 1:
+                raise ValueError("--eat-at-job must be >= 0 and --eat-mib >= 1")
     except ValueError as e:
         p.error(str(e))
     if a.token_file is None:
@@ -679,7 +700,8 @@ class Worker:
             step=humantime(a.step), steps=a.steps,
             **({"ignore_sigterm": 1} if a.ignore_sigterm else {}),
             **({"long_step": 1} if a.long_step else {}),
-            **({"wedge_at_job": a.wedge_at_job} if a.wedge_at_job else {}))
+            **({"wedge_at_job": a.wedge_at_job} if a.wedge_at_job else {}),
+            **({"eat_at_job": a.eat_at_job, "eat_mib": a.eat_mib} if a.eat_at_job else {}))
 
         # Whatever an earlier attempt left there names a token older than any we take now.
         remove_file(a.token_file)
@@ -734,8 +756,14 @@ class Worker:
             if claimed == a.wedge_at_job:
                 log("wedged", job=job_id, nth=claimed)
                 wedge_forever()
+            eaten = None
+            if claimed == a.eat_at_job:
+                log("eating", job=job_id, nth=claimed, mib=a.eat_mib)
+                eaten = eat(a.eat_mib)
+                log("eaten", job=job_id, mib=a.eat_mib)
             if not self.work(job_id):
                 break
+            del eaten  # held for the job's whole work, as a job's data would be
             if self.mark_done(job_id):
                 done += 1
                 in_flight = None

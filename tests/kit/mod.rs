@@ -29,6 +29,7 @@
 //!   [`one_clear_line`]) and other programs' (`Event::parse_tagged`);
 //!   [`Procfs`] reads /proc ([`HOST`], or a namespace's; `alive_mentioning`
 //!   finds what a test left behind by its scratch path);
+//!   [`Cgroup`] is a v1 memory cgroup of the test's own (OOM kills);
 //!   [`c_helper`] compiles the other C workers (bomb.c, orphans.c);
 //!   [`is_static_elf`] tells a static binary from one that needs a loader;
 //!   [`need_program`] finds a tool the test needs or fails naming its
@@ -70,6 +71,7 @@
 
 mod cases;
 mod cc;
+mod cgroup;
 mod elf;
 mod events;
 mod launch;
@@ -83,6 +85,7 @@ mod tools;
 
 pub(crate) use cases::{cases, per_mode};
 pub use cc::c_helper;
+pub use cgroup::Cgroup;
 pub use elf::is_static_elf;
 pub use events::{
     Event, check_log_end, event_names, logfmt, one_clear_line, parse_duration, parse_events, parse_events_tagged,

@@ -13,7 +13,7 @@
 # memory.events around the run), env (envrec's records: the finish
 # program's and a recording worker's DRAINIT_* variables, in the order they
 # ran), climb (the climber's progress), tlog (the termination message),
-# kernel (the kernel's OOM lines).
+# kernel (the kernel's OOM lines), db (the lease worker's `status`).
 set -u
 name=$1
 D=/tmp/$name
@@ -72,6 +72,21 @@ report() { # report TAG CGROUP BEFORE_FILE
     block climb "$D/climb"
     block tlog "$D/tlog"
     kernel
+}
+
+# hostroot: this machine's root, shared read-only over 9p by tests/vm/run,
+# mounted at /host (the modules loaded first, in the order tests/vm/build
+# checked), with the VM's /proc, /dev and /tmp in it: `chroot /host` runs
+# python3 and sees the scenario's files in /tmp at the same paths.
+hostroot() {
+    grep -q ' /host ' /proc/mounts && return 0
+    for m in $(cat /lib/modules/order); do
+        insmod "/lib/modules/$m.ko" || { echo "hostroot: insmod $m failed" >&2; return 1; }
+    done
+    mkdir -p /host
+    mount -t 9p -o trans=virtio,version=9p2000.L,ro,cache=loose,msize=262144 hostroot /host ||
+        { echo "hostroot: mount -t 9p hostroot /host failed" >&2; return 1; }
+    mount -t proc proc /host/proc && mount --bind /dev /host/dev && mount --bind /tmp /host/tmp
 }
 
 LIMIT=64M
@@ -227,6 +242,42 @@ state_dir_after_group_oom)
     block status "$D/b.status"
     block log "$D/b.log"
     block env "$D/env"
+    kernel
+    ;;
+
+# (e) The lease worker (examples/lease-worker, python3 from this machine's
+# root over 9p) under Kubernetes' group kill: at its second job the worker
+# takes 512 MiB, and the OOM kill takes drainit with it. The next start with
+# the same state directory (a new container of the same pod) runs the
+# finish program, `release`, first: the lease freed and the job requeued
+# before the worker starts, which claims the lease at once (the stale
+# threshold is 30s: a backoff would show) and does every job left.
+lease_worker_group_oom)
+    hostroot || exit 1
+    export PATH=/bin:/usr/bin # in the chroot: the machine's python3 and sh
+    export LEASE_DB=$D/queue.db LEASE_HOST=vm LEASE_STALE=30s LEASE_TOKEN_FILE=$D/token
+    export LEASE_HEARTBEAT=300ms LEASE_STEP=100ms LEASE_STEPS=3
+    lw=$VM_REPO/examples/lease-worker
+    chroot /host python3 "$lw/worker.py" init --jobs 4 2>"$D/init.log" || { cat "$D/init.log"; exit 1; }
+    # drainit's --finish takes one path, which drainit sees outside the chroot.
+    printf '#!/bin/sh\nexec chroot /host %s/release\n' "$lw" >"$D/release"
+    chmod 0755 "$D/release"
+    mkdir -p "$D/state"
+    set -- --state-dir "$D/state" --finish "$D/release" --finish-timeout 60s --grace 3s \
+        -- chroot /host python3 "$lw/worker.py" run
+    cg=$(cgroup "$name" $LIMIT 1)
+    cp "$cg/memory.events" "$D/before"
+    (export LEASE_EAT_AT_JOB=2 LEASE_EAT_MIB=512 && run "$cg" a "$@")
+    block first_status "$D/a.status"
+    block first_log "$D/a.log"
+    block first_events_before "$D/before"
+    block first_events_after "$cg/memory.events"
+    cg2=$(cgroup "${name}_2" $LIMIT 1)
+    run "$cg2" b "$@"
+    block status "$D/b.status"
+    block log "$D/b.log"
+    chroot /host python3 "$lw/worker.py" status >"$D/db" 2>&1
+    block db "$D/db"
     kernel
     ;;
 
