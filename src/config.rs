@@ -305,61 +305,58 @@ const OPTIONS: [Opt; 23] = [
 /// drainit's command line: the options, -v/-q, then the worker's command,
 /// which takes everything after it (its own flags included).
 pub(crate) fn command() -> Command {
-    command_declaring(&|_| true)
+    command_declaring(&|_| true, true)
 }
 
 /// `command()`, with only the variables `declare` names attached to their
 /// options. clap reads a variable when it is attached (a search of the
 /// whole environment each); parsing attaches only those present, which
 /// parses the same and leaves the search to one pass over the environment.
-/// Help, which lists every variable, comes from `command()`.
-fn command_declaring(declare: &dyn Fn(&str) -> bool) -> Command {
-    let mut command = Command::new("drainit")
-        .version(env!("CARGO_PKG_VERSION"))
-        .about(ABOUT)
-        .after_help(AFTER_HELP)
-        .override_usage("drainit [OPTIONS] [--] COMMAND [ARGS...]");
+/// Help, which lists every variable, comes from `command()`. Without
+/// `texts`, the definition parses the same but has no help texts and value
+/// names (clap copies each, on every start): help comes from `command()`,
+/// and an error is rendered from a definition with them (`clap_error`).
+fn command_declaring(declare: &dyn Fn(&str) -> bool, texts: bool) -> Command {
+    let mut command = Command::new("drainit").version(env!("CARGO_PKG_VERSION"));
+    if texts {
+        command =
+            command.about(ABOUT).after_help(AFTER_HELP).override_usage("drainit [OPTIONS] [--] COMMAND [ARGS...]");
+    }
     for opt in &OPTIONS {
         let mut arg = Arg::new(opt.id).long(opt.long);
         if declare(opt.env) {
             arg = arg.env(opt.env);
         }
+        if texts {
+            arg = arg.value_name(opt.value_name).help(opt.help);
+        }
         let arg = arg
-            .value_name(opt.value_name)
-            .help(opt.help)
             .value_parser(value_parser!(OsString))
             .allow_hyphen_values(opt.hyphen)
             .action(if opt.list { ArgAction::Append } else { ArgAction::Set })
             .value_delimiter(opt.list.then_some(','));
         command = command.arg(arg);
     }
+    let help = |arg: Arg, text: &'static str| if texts { arg.help(text) } else { arg };
+    let verbose = Arg::new("verbose").short('v').action(ArgAction::Count).conflicts_with("quiet");
+    let quiet = Arg::new("quiet").short('q').action(ArgAction::Count);
+    let mut worker = Arg::new("command")
+        .value_parser(value_parser!(OsString))
+        .action(ArgAction::Append)
+        .required(true)
+        .num_args(1..)
+        .trailing_var_arg(true);
+    if texts {
+        worker = worker.value_name("COMMAND");
+    }
     command
-        .arg(
-            Arg::new("verbose")
-                .short('v')
-                .help(
-                    "More logging (-v debug, -vv trace); beats DRAINIT_LOG, an env_logger filter [default: info]. \
-                    RUST_LOG is the worker's and is not read",
-                )
-                .action(ArgAction::Count)
-                .conflicts_with("quiet"),
-        )
-        .arg(
-            Arg::new("quiet")
-                .short('q')
-                .help("Less logging (-q warnings and errors, -qq errors, -qqq nothing)")
-                .action(ArgAction::Count),
-        )
-        .arg(
-            Arg::new("command")
-                .value_name("COMMAND")
-                .help("The worker and its arguments, run with execvp semantics (PATH, no shell)")
-                .value_parser(value_parser!(OsString))
-                .action(ArgAction::Append)
-                .required(true)
-                .num_args(1..)
-                .trailing_var_arg(true),
-        )
+        .arg(help(
+            verbose,
+            "More logging (-v debug, -vv trace); beats DRAINIT_LOG, an env_logger filter [default: info]. \
+            RUST_LOG is the worker's and is not read",
+        ))
+        .arg(help(quiet, "Less logging (-q warnings and errors, -qq errors, -qqq nothing)"))
+        .arg(help(worker, "The worker and its arguments, run with execvp semantics (PATH, no shell)"))
 }
 
 /// Everything drainit runs with.
@@ -501,8 +498,9 @@ fn parse_all(args: Vec<OsString>) -> Result<Config, Halt> {
     if let Some(var) = variables.into_iter().find(|v| own_var(v).is_some_and(|x| x.is_empty())) {
         return Err(Halt::Invalid(format!("{var} is set but empty; unset it or give it a value")));
     }
-    let mut command = command_declaring(&|var| own_var(var).is_some());
-    let matches = command.try_get_matches_from_mut(&args).map_err(|e| clap_error(e, args.first()))?;
+    let declare = |var: &str| own_var(var).is_some();
+    let mut command = command_declaring(&declare, false);
+    let matches = command.try_get_matches_from_mut(&args).map_err(|e| clap_error(e, &args, &declare))?;
     // Name a value by its origin in errors: the flag, or the variable.
     let origin = |id: &str| -> String {
         let arg = command.get_arguments().find(|a| a.get_id() == id);
@@ -897,14 +895,23 @@ fn drainit_module(module: &str) -> bool {
         && parts.all(|p| !p.is_empty() && p.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'))
 }
 
-fn clap_error(err: clap::Error, argv0: Option<&OsString>) -> Halt {
+fn clap_error(err: clap::Error, args: &[OsString], declare: &dyn Fn(&str) -> bool) -> Halt {
     use clap::error::{ContextKind, ContextValue, ErrorKind};
+    let argv0 = args.first();
     match err.kind() {
         // From the whole definition, which lists every variable (parsing
         // attached only those set); -h and --help print the same.
         ErrorKind::DisplayHelp => Halt::Info(command().render_help().to_string()),
         ErrorKind::DisplayVersion => Halt::Info(version_line(argv0)),
         _ => {
+            // The same error, from the definition with value names (the
+            // parse ran without them): `--grace <DURATION>`, not `<grace>`.
+            // An unknown flag's message names no value, and its nearest
+            // flag is worked out once (a 100 KiB typo takes a while).
+            let err = match err.kind() {
+                ErrorKind::UnknownArgument => err,
+                _ => command_declaring(declare, true).try_get_matches_from(args).err().unwrap_or(err),
+            };
             // clap's message may span lines up to the first blank one.
             let text = err.render().to_string();
             let lines: Vec<&str> = text.lines().take_while(|l| !l.trim().is_empty()).map(str::trim).collect();
@@ -1290,7 +1297,7 @@ mod tests {
                 assert!(text.contains(&format!("[env: {}=", opt.env)), "{help}: {} missing", opt.env);
             }
         }
-        let parsing = command_declaring(&|var| var == "DRAINIT_GRACE");
+        let parsing = command_declaring(&|var| var == "DRAINIT_GRACE", false);
         let attached: Vec<_> = parsing.get_arguments().filter_map(|a| a.get_env()).collect();
         assert_eq!(attached, ["DRAINIT_GRACE"]);
     }

@@ -160,9 +160,11 @@ per_mode! {
     /// given, that signal is its first step.
     fn the_watchdogs_stop_runs_the_sequence(mode, watchdog_signal: Option<&str>, first: i32) {
         let dir = Scratch::new("seq-watchdog");
-        // A worker that never pings: the watchdog expires.
+        // A worker that never pings: the watchdog expires (after the
+        // recorder took over its signals: TSTP would stop a process that
+        // had not yet).
         let rec = sidekiq(&dir).exit_on(QUIT);
-        let mut options = vec!["--watchdog", "300ms", "--stop-sequence", "TSTP,TERM@1s", "--grace", "4s"];
+        let mut options = vec!["--watchdog", "1s", "--stop-sequence", "TSTP,TERM@1s", "--grace", "4s"];
         options.extend(["--orchestrator-timeout", "5s"]);
         if let Some(sig) = watchdog_signal {
             options.extend(["--watchdog-signal", sig]);
@@ -196,7 +198,7 @@ per_mode! {
         let dir = Scratch::new("seq-rewrite");
         let rec = postgres(&dir);
         let options = [
-            "--stop-sequence", "TERM,QUIT@1s", "--rewrite", "TERM:INT", "--rewrite", "HUP:USR1",
+            "--stop-sequence", "TERM,QUIT@2s", "--rewrite", "TERM:INT", "--rewrite", "HUP:USR1",
             "--grace", "4s", "--orchestrator-timeout", "5s",
         ];
         let mut run = drainit(mode, rec.worker_with(&options)).spawn();
