@@ -175,3 +175,27 @@ fn pid1_kills_every_process_in_the_namespace() {
     assert!(after >= ms(1000) && after < secs(2), "exited {after:?} after the worker, grace 1s, timeout 2s");
     assert_eq!(run.count_events("deadline_reached"), 1, "{}", run.log());
 }
+
+/// As PID 1, a process that entered the namespace by setns (`docker exec`)
+/// is not drainit's child, yet it is in the namespace: when the worker
+/// exits, it gets SIGTERM before drainit exits (the kernel's SIGKILL at PID
+/// 1's exit is not the contract's SIGTERM). drainit looks for it in /proc
+/// once it has no child left instead of sending `kill(-1)` blind, which
+/// makes the kernel walk every task of the host.
+#[test]
+fn a_process_that_entered_the_namespace_gets_sigterm_when_the_worker_exits() {
+    let dir = Scratch::new("entered");
+    let worker = Recorder::new(&dir, "w").exit_after(1500, 0);
+    let mut run = drainit(Mode::Pid1, worker.worker_with(&["--grace", "2s", "--orchestrator-timeout", "3s"])).spawn();
+    assert!(worker.wait_ready(secs(10)), "{}", run.log());
+    let entered = Recorder::new(&dir, "entered").term(Term::Record);
+    let mut cmd = std::process::Command::new(&entered.argv()[0]);
+    cmd.args(&entered.argv()[1..]).stdin(std::process::Stdio::null());
+    enter_with_pid(&mut cmd, run.pid, 50);
+    let mut outside = cmd.spawn().expect("spawn into drainit's namespace");
+    assert!(entered.wait_ready(secs(10)), "could not enter the namespace: {:?}", outside.try_wait());
+    let ended = run.wait(secs(10));
+    assert_eq!(ended.code, Some(0), "{}", run.log());
+    assert_eq!(entered.seen(), [libc::SIGTERM], "the entered process; log:\n{}", run.log());
+    let _ = outside.wait();
+}

@@ -90,7 +90,7 @@ pub use elf::is_static_elf;
 pub use events::{
     Event, check_log_end, event_names, logfmt, one_clear_line, parse_duration, parse_events, parse_events_tagged,
 };
-pub use launch::{Builder, Io, drainit, launch, pipe, runner_argv, scrub_env, under_a_subreaper};
+pub use launch::{Builder, Io, drainit, enter_with_pid, launch, pipe, runner_argv, scrub_env, under_a_subreaper};
 pub use pidfd::Pidfd;
 pub use procfs::{HOST, Procfs, Stat, alive, alive_as, exists};
 pub use recorder::{End, Recorder, Term};
