@@ -146,6 +146,13 @@ impl Procfs {
         (kib("VmRSS"), kib("VmHWM"))
     }
 
+    /// Anonymous resident memory (heap, stacks), in KiB: what a leak grows.
+    /// VmRSS also counts the binary's pages as code first runs, which is no
+    /// leak.
+    pub fn anon_kib(&self, pid: i32) -> u64 {
+        self.status_field(pid, "RssAnon").and_then(|v| v.split_whitespace().next()?.parse().ok()).unwrap_or(0)
+    }
+
     /// Voluntary plus involuntary context switches of the main thread.
     pub fn ctxt_switches(&self, pid: i32) -> u64 {
         ["voluntary_ctxt_switches", "nonvoluntary_ctxt_switches"]
