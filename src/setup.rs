@@ -118,7 +118,7 @@ pub fn parts(config: Config, signals: SignalSource, start: Start) -> Result<Part
         swept: None,
         attempt_slot: false,
     };
-    let sources = Sources { signals, notify: notify.map(|socket| Inbox::new(socket, senders)), memory: counter };
+    let sources = Sources::new(signals, notify.map(|socket| Inbox::new(socket, senders)), counter);
     let sweep = match verdict {
         Some(state::Verdict::Unclean(predecessor)) => Some(predecessor),
         _ => None,

@@ -120,7 +120,7 @@ pub enum Action {
     },
     /// Start the finish program, its environment read off the record;
     /// answered by `Spawned` / `SpawnFailed`.
-    SpawnFinish(Record),
+    SpawnFinish(Box<Record>),
     /// Start the finish program for a predecessor that died without its
     /// exit (the sweep, before the first attempt); answered by `Spawned` /
     /// `SpawnFailed`.
@@ -153,7 +153,10 @@ pub enum Action {
     NoRestart,
     Log(Event),
     /// Write the termination message and exit with the record's code.
-    Exit(Record),
+    /// The record is boxed here and in `SpawnFinish`: every action is moved
+    /// through the loop, a forward's among them, and the record is most of
+    /// an action's size.
+    Exit(Box<Record>),
 }
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -802,7 +805,7 @@ impl Supervisor {
         self.timers.arm(Timer::Finish, bound);
         self.kill_sent = false;
         self.phase = Phase::StartingFinish;
-        out.push(Action::SpawnFinish(self.record.clone()));
+        out.push(Action::SpawnFinish(Box::new(self.record.clone())));
     }
 
     fn exit(&mut self, now: Instant, out: &mut Vec<Action>) {
@@ -816,7 +819,7 @@ impl Supervisor {
             status: self.record.status.clone(),
             oom_kills: self.record.oom_kills.unwrap_or(0),
         }));
-        out.push(Action::Exit(self.record.clone()));
+        out.push(Action::Exit(Box::new(self.record.clone())));
     }
 }
 

@@ -60,11 +60,14 @@ pub trait Os {
 
 /// What drainit listens to.
 pub struct Sources {
-    pub signals: SignalSource,
+    signals: SignalSource,
     /// The worker's notify socket, with the readiness options.
-    pub notify: Option<Inbox>,
+    notify: Option<Inbox>,
     /// The memory cgroup's OOM-kill counter, when one was found.
-    pub memory: Option<Counter>,
+    memory: Option<Counter>,
+    /// A source besides stderr has a descriptor to wait on: it has for the
+    /// whole run, or never, so it is found once rather than every turn.
+    polled: bool,
 }
 
 /// A source of the wait besides the signals, a row each: what it waits
@@ -99,6 +102,12 @@ impl Source {
 }
 
 impl Sources {
+    pub fn new(signals: SignalSource, notify: Option<Inbox>, memory: Option<Counter>) -> Sources {
+        let mut sources = Sources { signals, notify, memory, polled: false };
+        sources.polled = Source::ALL.into_iter().any(|source| sources.fd(source, None).is_some());
+        sources
+    }
+
     /// The descriptor of `source`, when it is present this turn.
     fn fd<'a>(&'a self, source: Source, stderr: Option<BorrowedFd<'a>>) -> Option<BorrowedFd<'a>> {
         match source {
@@ -111,8 +120,9 @@ impl Sources {
 
 impl Os for Sources {
     fn wait(&mut self, timeout: Option<Duration>, stderr: Option<BorrowedFd<'_>>) -> nix::Result<Ready> {
-        if Source::ALL.into_iter().all(|source| self.fd(source, stderr).is_none()) {
-            // Signals alone: the first take is the wait.
+        if stderr.is_none() && !self.polled {
+            // Signals alone: the first take is the wait. (`polled`, not a
+            // walk over the table: this is every forward's turn.)
             self.signals.wait(timeout);
             return Ok(Ready::default());
         }
@@ -178,10 +188,9 @@ pub struct Gather {
     before: u32,
     /// The signal take failed this turn.
     take_failed: Option<Errno>,
-    /// The wait found notify messages.
-    notify: bool,
-    /// The wait found the memory cgroup's events changed.
-    memory: bool,
+    /// What the wait found ready, each flag taken where it is handled
+    /// (kept whole: one store in every turn, a forward's among them).
+    ready: Ready,
 }
 
 impl Gather {
@@ -199,8 +208,7 @@ impl Gather {
                 if ready.stderr {
                     logging::flush();
                 }
-                self.notify = ready.notify;
-                self.memory = ready.memory;
+                self.ready = ready;
             }
             Err(e) => self.loop_error("ppoll", e, custody),
         }
@@ -224,7 +232,7 @@ impl Gather {
     /// reaped children: a ping read in the turn its watchdog comes due
     /// is seen first.
     pub fn notes<O: Os>(&mut self, os: &mut O, custody: &Custody, deadline: impl FnOnce() -> Option<Instant>) {
-        if std::mem::take(&mut self.notify) {
+        if std::mem::take(&mut self.ready.notify) {
             let inputs = &mut self.inputs;
             os.notes(custody.leader(), NOTES_PER_TURN, deadline(), &mut |input| inputs.push(input));
         }
@@ -248,7 +256,7 @@ impl Gather {
         // When the OOM-kill count may have moved: a child died of SIGKILL
         // (v1 has no other notification), or none is left (what follows is
         // a restart, the finish program or the exit, which tell the count).
-        let event = std::mem::take(&mut self.memory);
+        let event = std::mem::take(&mut self.ready.memory);
         let mut count_moved = event;
         if custody.take_reap() {
             let inputs = &mut self.inputs;
@@ -262,12 +270,15 @@ impl Gather {
                 self.inputs.push(Input::Children { left });
             }
         }
-        if count_moved && let Some(total) = os.oom_kills() {
-            self.inputs.insert(first_reaped, Input::OomKills(total));
-        }
-        if event {
-            // A time to read the usage: the supervisor decides whether to.
-            self.inputs.push(Input::MemoryEvent);
+        // An event moves the count too: one test in a forward's turn.
+        if count_moved {
+            if let Some(total) = os.oom_kills() {
+                self.inputs.insert(first_reaped, Input::OomKills(total));
+            }
+            if event {
+                // A time to read the usage: the supervisor decides whether to.
+                self.inputs.push(Input::MemoryEvent);
+            }
         }
     }
 
