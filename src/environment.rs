@@ -336,23 +336,7 @@ mod tests {
     use std::time::Instant;
 
     use super::*;
-    use crate::exit::{Code, Outcome};
-    use crate::record::{Ending, StopReason, StopRequest};
-
-    fn record(t0: Instant) -> Record {
-        Record {
-            attempt: 1,
-            stop: Some(StopRequest { signal: libc::SIGTERM, reason: StopReason::Signal, at: t0 }),
-            worker: Some(Outcome::Signaled(9)),
-            deadline_reached: true,
-            killed: 3,
-            status: None,
-            ending: Some(Ending::own(Code(137))),
-            exit_at: None,
-            oom_kills: Some(0),
-            worker_oom: false,
-        }
-    }
+    use crate::record::tests::record;
 
     #[test]
     fn the_finish_programs_variables() {

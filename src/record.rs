@@ -161,11 +161,12 @@ pub fn cut(text: &str, max: usize) -> &str {
 }
 
 #[cfg(test)]
-mod tests {
+pub mod tests {
     use super::*;
     use std::time::Duration;
 
-    fn record(t0: Instant) -> Record {
+    /// A run SIGTERMed at `t0` whose worker the deadline killed 29 s later.
+    pub fn record(t0: Instant) -> Record {
         Record {
             attempt: 1,
             stop: Some(StopRequest { signal: libc::SIGTERM, reason: StopReason::Signal, at: t0 }),
