@@ -328,6 +328,19 @@ fn assert_released_after(log: &str, token: &str, worker: &str, deadline: &str) -
 const JOBS: u32 = 6;
 
 /// The end of a scenario whose worker was killed mid-job: all JOBS done, each
+/// A new drainit's run after `release` freed the lease: no backoff, no busy
+/// lease, one attempt, and the lease claimed (not reclaimed once stale) from
+/// its released state; the `lease_claimed` events.
+fn assert_claimed_at_once_after_release(log: &str) -> Vec<HashMap<String, String>> {
+    assert!(drainit_events(log, "backoff").is_empty(), "the released lease needs no backoff; log:\n{log}");
+    assert!(worker_events(log, "lease_busy").is_empty(), "log:\n{log}");
+    assert_eq!(drainit_events(log, "child_started").len(), 1, "log:\n{log}");
+    let claimed = worker_events(log, "lease_claimed");
+    assert_eq!(claimed.len(), 1, "claimed, not reclaimed after going stale; log:\n{log}");
+    assert_eq!(claimed[0]["previous"], "released", "log:\n{log}");
+    claimed
+}
+
 /// completed exactly once, `interrupted` attempted twice, the lease released.
 fn assert_every_job_done_once(s: &Status, interrupted: u32) {
     assert_eq!(s.done, JOBS, "every job done: {s:?}");
@@ -644,12 +657,7 @@ fn finish_releases_the_lease_of_a_worker_killed_at_the_deadline() {
     let log = drainit.log();
     assert_eq!(st.shell_code(), 0, "new drainit {st:?}; log:\n{log}");
     sb.assert_nothing_left("after the new run");
-    assert!(drainit_events(&log, "backoff").is_empty(), "the released lease needs no backoff; log:\n{log}");
-    assert!(worker_events(&log, "lease_busy").is_empty(), "log:\n{log}");
-    assert_eq!(drainit_events(&log, "child_started").len(), 1, "log:\n{log}");
-    let claimed = worker_events(&log, "lease_claimed");
-    assert_eq!(claimed.len(), 1, "claimed, not reclaimed after going stale; log:\n{log}");
-    assert_eq!(claimed[0]["previous"], "released", "log:\n{log}");
+    let claimed = assert_claimed_at_once_after_release(&log);
     assert_eq!(claimed[0]["requeued"], "0", "release had requeued the job already; log:\n{log}");
     // The finish program runs after a clean exit too, and finds nothing to release.
     let release = worker_events(&log, "release");
@@ -916,12 +924,7 @@ fn oom_kill_of_the_worker_alone_then_finish_releases_its_lease() {
     let log = second.log();
     assert_eq!(st.shell_code(), 0, "new drainit {st:?}; log:\n{log}");
     sb.assert_nothing_left("after the new run");
-    assert!(drainit_events(&log, "backoff").is_empty(), "the released lease needs no backoff; log:\n{log}");
-    assert!(worker_events(&log, "lease_busy").is_empty(), "log:\n{log}");
-    assert_eq!(drainit_events(&log, "child_started").len(), 1, "log:\n{log}");
-    let claimed = worker_events(&log, "lease_claimed");
-    assert_eq!(claimed.len(), 1, "claimed, not reclaimed after going stale; log:\n{log}");
-    assert_eq!(claimed[0]["previous"], "released", "log:\n{log}");
+    let claimed = assert_claimed_at_once_after_release(&log);
     assert_eq!(claimed[0]["token"], (token + 1).to_string(), "log:\n{log}");
     assert_eq!(claimed[0]["requeued"], "0", "release had requeued the job already; log:\n{log}");
     assert_eq!(cg.oom_kills(), 1, "no second kill; log:\n{log}");
