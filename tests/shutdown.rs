@@ -182,23 +182,38 @@ fn pid1_kills_every_process_in_the_namespace() {
 
 /// As PID 1, a process that entered the namespace by setns (`docker exec`)
 /// is not drainit's child, yet it is in the namespace: when the worker
-/// exits, it gets SIGTERM before drainit exits (the kernel's SIGKILL at PID
-/// 1's exit is not the contract's SIGTERM). drainit looks for it in /proc
-/// once it has no child left instead of sending `kill(-1)` blind, which
-/// makes the kernel walk every task of the host.
+/// exits, it gets SIGTERM (the kernel's SIGKILL at PID 1's exit is not the
+/// contract's SIGTERM). drainit looks for it in /proc once it has no child
+/// left instead of sending `kill(-1)` blind, which makes the kernel walk
+/// every task of the host. The finish program (run after the SIGTERM went
+/// out) waits, bounded, for the entered process to record it: drainit's
+/// exit would otherwise SIGKILL it before its handler ran.
 #[test]
 fn a_process_that_entered_the_namespace_gets_sigterm_when_the_worker_exits() {
     let dir = Scratch::new("entered");
-    let worker = Recorder::new(&dir, "w").exit_after(1500, 0);
-    let mut run = drainit(Mode::Pid1, worker.worker_with(&["--grace", "2s", "--orchestrator-timeout", "3s"])).spawn();
-    assert!(worker.wait_ready(secs(10)), "{}", run.log());
     let entered = Recorder::new(&dir, "entered").term(Term::Record);
+    let finish = dir.path("finish");
+    let sequence = entered.dir().join("sequence");
+    std::fs::write(
+        &finish,
+        format!(
+            "#!/bin/sh\ni=0\nwhile [ ! -s '{}' ] && [ $i -lt 100 ]; do sleep 0.05; i=$((i+1)); done\n",
+            sequence.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&finish, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let worker = Recorder::new(&dir, "w").exit_after(1500, 0);
+    let finish = path_str(&finish);
+    let options = ["--grace", "2s", "--orchestrator-timeout", "10s", "--finish", &finish, "--finish-timeout", "8s"];
+    let mut run = drainit(Mode::Pid1, worker.worker_with(&options)).spawn();
+    assert!(worker.wait_ready(secs(10)), "{}", run.log());
     let mut cmd = std::process::Command::new(&entered.argv()[0]);
     cmd.args(&entered.argv()[1..]).stdin(std::process::Stdio::null());
     enter_with_pid(&mut cmd, run.pid, 50);
     let mut outside = cmd.spawn().expect("spawn into drainit's namespace");
     assert!(entered.wait_ready(secs(10)), "could not enter the namespace: {:?}", outside.try_wait());
-    let ended = run.wait(secs(10));
+    let ended = run.wait(secs(15));
     assert_eq!(ended.code, Some(0), "{}", run.log());
     assert_eq!(entered.seen(), [libc::SIGTERM], "the entered process; log:\n{}", run.log());
     let _ = outside.wait();
