@@ -117,10 +117,8 @@ fn lines(text: &str) -> impl Iterator<Item = &str> {
 /// The number on `key`'s line of a flat keyed file (`memory.events`,
 /// `memory.oom_control`, `memory.stat`): `key N`.
 pub fn keyed(text: &str, key: &str) -> Option<u64> {
-    lines(text).find_map(|line| {
-        let (name, value) = line.split_once(' ')?;
-        if name == key { value.trim().parse().ok() } else { None }
-    })
+    // A prefix compare per line, not a search for the space in each.
+    lines(text).find_map(|line| line.strip_prefix(key)?.strip_prefix(' ')?.trim().parse().ok())
 }
 
 /// A single-number file (`memory.current`, `memory.usage_in_bytes`).
