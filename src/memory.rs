@@ -15,8 +15,13 @@ use crate::cgroup::{self, Place, Version};
 use crate::events::Event;
 
 /// The cgroup files drainit reads are a few lines; memory.stat is the
-/// longest (some 40 lines).
+/// longest (some 40 lines), /proc/self/cgroup on a v1 host a dozen.
 const BUF: usize = 4096;
+
+/// The counter's files (`memory.events`: six lines; `memory.oom_control`:
+/// three), read at start and after kills: a buffer that is not zeroed
+/// 4 KiB at a time.
+const COUNTER_BUF: usize = 512;
 
 /// What start-up finds: the counter (always looked for) and, when
 /// `--memory-stop` wants them, the working set's files; where they cannot
@@ -133,7 +138,7 @@ impl Counter {
 }
 
 fn count(file: &File) -> Option<u64> {
-    let mut buf = [0u8; BUF];
+    let mut buf = [0u8; COUNTER_BUF];
     let text = pread(file, &mut buf).ok()?;
     // A kernel without the line (v1 before 4.13) counts nothing.
     cgroup::keyed(text, "oom_kill")
