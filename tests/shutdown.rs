@@ -183,9 +183,8 @@ fn pid1_kills_every_process_in_the_namespace() {
 /// As PID 1, a process that entered the namespace by setns (`docker exec`)
 /// is not drainit's child, yet it is in the namespace: when the worker
 /// exits, it gets SIGTERM (the kernel's SIGKILL at PID 1's exit is not the
-/// contract's SIGTERM). drainit looks for it in /proc once it has no child
-/// left instead of sending `kill(-1)` blind, which makes the kernel walk
-/// every task of the host. The finish program (run after the SIGTERM went
+/// contract's SIGTERM): drainit's `kill(-1)` reaches it even when drainit
+/// has no child left. The finish program (run after the SIGTERM went
 /// out) waits, bounded, for the entered process to record it: drainit's
 /// exit would otherwise SIGKILL it before its handler ran.
 #[test]
