@@ -943,6 +943,19 @@ mod tests {
     }
 
     /// One action, as the tables spell it: `forward SIGHUP`, `log stop_requested`.
+    /// A row of a transition table: its name, the story it starts from,
+    /// when the step comes (ms), the step, the actions it gives, the phase
+    /// after it.
+    type PhaseRow = (&'static str, fn() -> Story, u64, Step, &'static [&'static str], &'static str);
+
+    fn check_phase_rows(rows: &[PhaseRow]) {
+        for (name, start, at, step, actions, phase) in rows {
+            let mut st = start();
+            assert_eq!(st.feed(*at, step.clone()), *actions, "{name}: actions");
+            assert_eq!(st.phase(), *phase, "{name}: phase");
+        }
+    }
+
     fn brief(a: &Action) -> String {
         match a {
             Action::Spawn { attempt } => format!("spawn {attempt}"),
@@ -1045,8 +1058,7 @@ mod tests {
     /// a stop came.
     #[test]
     fn the_sweep() {
-        type Row = (&'static str, fn() -> Story, u64, Step, &'static [&'static str], &'static str);
-        let rows: &[Row] = &[
+        let rows: &[PhaseRow] = &[
             ("sweep started", || sweep_story(with_finish()), 0, i(Spawned(F)), &["log finish_started"], "sweeping"),
             (
                 "sweep cannot start: the worker does",
@@ -1094,12 +1106,7 @@ mod tests {
             ),
             ("a status is not the worker's", sweeping, 100, i(Notify(Note::Status("x".into()))), &[], "sweeping"),
         ];
-        for (name, start, at, input, want, phase) in rows {
-            let mut st = start();
-            let got = st.feed(*at, input.clone());
-            assert_eq!(got, *want, "{name}: actions");
-            assert_eq!(st.phase(), *phase, "{name}: phase");
-        }
+        check_phase_rows(rows);
     }
 
     #[test]
@@ -1146,8 +1153,7 @@ mod tests {
     /// set) 2s, the finish timeout (where set) 3s.
     #[test]
     fn transitions() {
-        type Row = (&'static str, fn() -> Story, u64, Step, &'static [&'static str], &'static str);
-        let rows: &[Row] = &[
+        let rows: &[PhaseRow] = &[
             // starting
             ("first start", || Story::new(policy()), 0, i(Spawned(W)), &["log child_started"], "running"),
             ("exec failure", || Story::new(policy()), 0, i(SpawnFailed(Code(127))), &["log exit", "exit 127"], "done"),
@@ -1291,12 +1297,7 @@ mod tests {
             ),
             ("finish bound", finishing, 3000, Tick, &["all SIGKILL"], "finishing"),
         ];
-        for (name, start, at, input, want, phase) in rows {
-            let mut st = start();
-            let got = st.feed(*at, input.clone());
-            assert_eq!(got, *want, "{name}: actions");
-            assert_eq!(st.phase(), *phase, "{name}: phase");
-        }
+        check_phase_rows(rows);
     }
 
     #[test]
@@ -1824,9 +1825,8 @@ mod tests {
     /// 90` and a check every second where set.
     #[test]
     fn memory_transitions() {
-        type Row = (&'static str, fn() -> Story, u64, Step, &'static [&'static str], &'static str);
         let stop: &[&str] = &["log memory_stop", "drain_file", "forward SIGTERM", "no_restart"];
-        let rows: &[Row] = &[
+        let rows: &[PhaseRow] = &[
             ("the check comes due: one read", || running(memory_stop()), 1000, Tick, &["read_usage"], "running"),
             ("a memory event: one read", || running(memory_stop()), 10, i(MemoryEvent), &["read_usage"], "running"),
             ("no option: an event reads nothing", || running(policy()), 10, i(MemoryEvent), &[], "running"),
@@ -1862,11 +1862,7 @@ mod tests {
             ),
             ("an OOM kill while asleep is told", sleeping, 10, i(OomKills(2)), &["log oom_kill"], "sleeping"),
         ];
-        for (name, start, at, step, actions, phase) in rows {
-            let mut st = start();
-            assert_eq!(st.feed(*at, step.clone()), *actions, "{name}: actions");
-            assert_eq!(st.phase(), *phase, "{name}: phase");
-        }
+        check_phase_rows(rows);
     }
 
     /// The worker's end, told: `oom=1` only for a SIGKILL drainit did not
