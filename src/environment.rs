@@ -248,14 +248,16 @@ pub fn fill_watchdog_pid() {
     sys::fill_number(WATCHDOG_PID.as_bytes(), nix::unistd::getpid().as_raw().unsigned_abs());
 }
 
+/// drainit's notify variables, the worker's alone: a finish program (the
+/// final one or the sweep's) never sees them.
+const WORKER_NOTIFY: [&str; 3] = [NOTIFY_SOCKET, WATCHDOG_USEC, WATCHDOG_PID];
+
 /// Before the finish program: what drainit set for the worker alone goes
 /// (`notify_vars`: drainit set the notify variables), the record's
 /// variables come.
 pub fn finish(record: &Record, notify_vars: bool) {
-    for key in [NOTIFY_SOCKET, WATCHDOG_USEC, WATCHDOG_PID] {
-        if notify_vars {
-            unset_if_set(key);
-        }
+    for key in WORKER_NOTIFY.into_iter().filter(|_| notify_vars) {
+        unset_if_set(key);
     }
     for (key, value) in finish_vars(record) {
         sys::set_env(key, value.as_ref());
@@ -289,7 +291,7 @@ pub type Undo = Vec<(&'static str, Option<std::ffi::OsString>)>;
 /// the predecessor's variables; returns what to put back for the worker.
 pub fn sweep(predecessor: &Predecessor, notify_vars: bool) -> Undo {
     let mut undo = Vec::new();
-    for key in [NOTIFY_SOCKET, WATCHDOG_USEC, WATCHDOG_PID].into_iter().filter(|_| notify_vars) {
+    for key in WORKER_NOTIFY.into_iter().filter(|_| notify_vars) {
         if let Some(value) = std::env::var_os(key) {
             sys::unset_env(key);
             undo.push((key, Some(value)));
