@@ -233,11 +233,65 @@ impl ExecArgs {
 }
 
 /// Set a variable in drainit's own environment, which the worker inherits
-/// through execvp: no copy of the environment per attempt.
+/// through execvp: no copy of the environment per attempt. Not setenv(3):
+/// its entry and its grown array come from malloc, and musl's malloc sets
+/// up its heap on its first call (brk twice, mmap twice): four syscalls at
+/// every start for DRAINIT_RETRY_AFTER_FILE alone. Here both are Rust
+/// allocations (the start-up arena's); an entry of that name is replaced
+/// in place, a new one gets an array one longer. Neither is ever freed, as
+/// setenv's entries are not (a caller may still hold one): drainit sets a
+/// handful of variables at start and at exit, none per attempt.
 pub fn set_env(key: &str, value: &std::ffi::OsStr) {
-    // SAFETY: setenv is unsound only against a concurrent reader in another
-    // thread; drainit never starts a thread.
-    unsafe { std::env::set_var(key, value) };
+    use std::os::unix::ffi::OsStrExt;
+    debug_assert!(!key.is_empty() && !key.contains(['=', '\0']) && !value.as_bytes().contains(&0));
+    let mut entry = Vec::with_capacity(key.len() + value.len() + 2);
+    entry.extend_from_slice(key.as_bytes());
+    entry.push(b'=');
+    entry.extend_from_slice(value.as_bytes());
+    entry.push(0);
+    let entry = Box::leak(entry.into_boxed_slice()).as_mut_ptr().cast::<libc::c_char>();
+    // SAFETY: environ is libc's, null or a null-terminated array of
+    // pointers to NUL-terminated "NAME=VALUE" strings, each entry read only
+    // up to its NUL (`named`); drainit never starts a thread, so nothing
+    // reads the array while it changes. The new entry and array are leaked,
+    // so they live as long as the process, as environ's must.
+    unsafe {
+        let old = environ;
+        let mut n = 0;
+        while !old.is_null() && !(*old.add(n)).is_null() {
+            if named(*old.add(n), key.as_bytes()) {
+                *old.add(n) = entry;
+                return;
+            }
+            n += 1;
+        }
+        let mut grown = Vec::with_capacity(n + 2);
+        if n > 0 {
+            grown.extend_from_slice(std::slice::from_raw_parts(old, n));
+        }
+        grown.push(entry);
+        grown.push(ptr::null_mut());
+        environ = Box::leak(grown.into_boxed_slice()).as_mut_ptr();
+    }
+}
+
+unsafe extern "C" {
+    /// libc's environment (POSIX lets a program assign it).
+    static mut environ: *mut *mut libc::c_char;
+}
+
+/// Whether the environment entry `var` is named `key`.
+///
+/// # Safety
+/// `var` points to a NUL-terminated string.
+unsafe fn named(var: *const libc::c_char, key: &[u8]) -> bool {
+    // Byte by byte, no strlen of every entry (the environment may be
+    // large): each read stops at the first byte that differs from the
+    // name's, the entry's NUL at the latest (the name holds no NUL).
+    // SAFETY: i goes no further than the first differing byte (see above),
+    // within the string.
+    let at = |i: usize| unsafe { *var.cast::<u8>().add(i) };
+    key.iter().enumerate().all(|(i, &b)| at(i) == b) && at(key.len()) == b'='
 }
 
 /// Remove a variable from drainit's own environment (an inherited
@@ -258,9 +312,6 @@ pub const NUMBER_SLOT: &str = "0000000000";
 /// to NUMBER_SLOT, in place; allocates nothing (the child of `spawn` calls
 /// it). An entry of that name that is not such a slot is left alone.
 pub fn fill_number(key: &[u8], mut n: u32) {
-    unsafe extern "C" {
-        static environ: *const *mut libc::c_char;
-    }
     let mut digits = [0u8; 10];
     let mut len = 0;
     loop {
@@ -284,27 +335,21 @@ pub fn fill_number(key: &[u8], mut n: u32) {
         // Found by its name alone: a number written earlier may be shorter
         // than the slot (its NUL comes sooner). Matching the slot's length
         // found nothing after the first spawn and handed every later
-        // attempt the first one's WATCHDOG_PID. Compared byte by byte, no
-        // strlen of every entry: the environment may be large.
-        let at = |i: usize| {
-            // SAFETY: called only for i up to the first NUL of var, a
-            // NUL-terminated string of the environment (see `named`): the
-            // name's bytes are not NUL, so each comparison stops at the
-            // first byte that differs, the NUL at the latest.
-            unsafe { *var.cast::<u8>().add(i) }
-        };
-        let named = key.iter().enumerate().all(|(i, &b)| at(i) == b)
-            && at(key.len()) == b'='
-            && (key.len() + 1..=key.len() + 1 + NUMBER_SLOT.len()).any(|i| at(i) == 0);
-        if named {
+        // attempt the first one's WATCHDOG_PID.
+        // SAFETY: var is one of environ's strings (above).
+        if unsafe { named(var, key) } {
             let value = var.cast::<u8>().wrapping_add(key.len() + 1);
+            // SAFETY: within var's value, which ends in a NUL: read up to it.
+            let slot = (0..=NUMBER_SLOT.len()).any(|i| unsafe { *value.add(i) } == 0);
+            if !slot {
+                return;
+            }
             for (i, digit) in digits[..len].iter().rev().enumerate() {
                 // SAFETY: an entry of this name is the slot drainit set (an
                 // inherited one is replaced before the first fill, and
                 // drainit never sets the name otherwise between fills): its
-                // buffer, writable (setenv copied it to the heap), holds the
-                // slot's length in bytes and a NUL, and len <= the slot's
-                // length.
+                // buffer, writable (set_env's, leaked), holds the slot's
+                // length in bytes and a NUL, and len <= the slot's length.
                 unsafe { *value.add(i) = *digit };
             }
             // SAFETY: as above: within the slot, which ends in its NUL.
