@@ -80,7 +80,8 @@ fn run(args: Vec<OsString>) -> ! {
     signals::reset_ignored(own.map(|o| o.ignored));
     // Before any other fd is opened: it looks at what fd 2 is.
     logging::init();
-    let me = nix::unistd::getpid().as_raw();
+    // Our pid as /proc/self/status gave it, saving a getpid.
+    let me = own.and_then(|o| o.ns_pid).unwrap_or_else(|| nix::unistd::getpid().as_raw());
     let signals = match blocked.and_then(|()| signals::SignalSource::open(me)) {
         Ok(signals) => signals,
         Err(e) => fail(Code::FAILED, format_args!("error: cannot set up signals: {}", e.desc())),

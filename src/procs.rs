@@ -14,6 +14,10 @@ pub struct Own {
     /// Our pid in /proc's numbering: another than getpid's when /proc is
     /// another PID namespace's (`unshare --pid` without `--mount-proc`).
     pub pid: i32,
+    /// Our pid in our own PID namespace, getpid's (NSpid's last: the line
+    /// lists it in /proc's namespace and in each nested one down to ours;
+    /// kernels before 4.1 have no such line).
+    pub ns_pid: Option<i32>,
     /// The signals drainit inherited as ignored (bit signo - 1).
     pub ignored: u64,
 }
@@ -32,8 +36,9 @@ pub fn own() -> Option<Own> {
 fn parse_status(text: &str) -> Option<Own> {
     let field = |name: &str| text.lines().find_map(|l| l.strip_prefix(name)).map(str::trim);
     let pid = field("Pid:")?.parse().ok()?;
+    let ns_pid = field("NSpid:").and_then(|pids| pids.split_ascii_whitespace().next_back()?.parse().ok());
     let ignored = u64::from_str_radix(field("SigIgn:")?, 16).ok()?;
-    Some(Own { pid, ignored })
+    Some(Own { pid, ns_pid, ignored })
 }
 
 /// Pids of every descendant of `root`. Racy by nature (processes come and go
@@ -200,10 +205,13 @@ mod tests {
     #[test]
     fn reads_pid_and_ignored_signals() {
         let text = "Name:\tx\nPid:\t42\nPPid:\t1\nSigBlk:\t0000000000000000\nSigIgn:\t0000000180000001\nSigCgt:\t0\n";
-        assert_eq!(parse_status(text), Some(Own { pid: 42, ignored: 0x1_8000_0001 }));
+        assert_eq!(parse_status(text), Some(Own { pid: 42, ns_pid: None, ignored: 0x1_8000_0001 }));
         assert_eq!(parse_status("Pid:\t42\n"), None);
+        let nested = "Pid:\t42\nNSpid:\t42\t7\t1\nSigIgn:\t0000000000000000\n";
+        assert_eq!(parse_status(nested), Some(Own { pid: 42, ns_pid: Some(1), ignored: 0 }));
         let own = own().unwrap();
         assert_eq!(own.pid, std::process::id() as i32);
+        assert_eq!(own.ns_pid, Some(std::process::id() as i32));
     }
 
     #[test]
