@@ -60,10 +60,10 @@ pub struct Place<'a> {
     pub path: &'a str,
 }
 
-/// The first place to try, before /proc/self/cgroup is read: a v2 mount
-/// whose root has `memory.events` is a container's own cgroup (a host's
-/// root cgroup has no such file), so a container finds its counter with one
-/// `open`.
+/// A v2 mount whose root has `memory.events` is a container's own cgroup
+/// (a host's root cgroup has no such file): a container's PID 1 tries it
+/// before /proc/self/cgroup is read, and finds its counter with one `open`;
+/// any other process tries it after.
 pub const MOUNT_ROOT_V2: Place<'static> = Place { version: Version::V2, path: "" };
 
 /// The places /proc/self/cgroup's `text` points to, in the order to try
@@ -96,7 +96,7 @@ pub fn places(text: &str) -> [Option<Place<'_>>; 2] {
     // "/.." and the like: a path outside our cgroup namespace's view.
     let path = path.trim_start_matches('/').trim_end_matches('/');
     let named = (!path.is_empty() && !path.split('/').any(|part| part == "..")).then_some(Place { version, path });
-    // The v2 mount's root was tried first already.
+    // The v2 mount's root is tried apart (MOUNT_ROOT_V2).
     let root = (version == Version::V1).then_some(Place { version, path: "" });
     [named, root]
 }

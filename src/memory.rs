@@ -26,8 +26,8 @@ const COUNTER_BUF: usize = 512;
 /// What start-up finds: the counter (always looked for) and, when
 /// `--memory-stop` wants them, the working set's files; where they cannot
 /// be had, `memory_stop_off` says why and the option stays off.
-pub fn find(memory_stop: bool) -> (Option<Counter>, Option<Usage>) {
-    let counter = Counter::find();
+pub fn find(memory_stop: bool, init: bool) -> (Option<Counter>, Option<Usage>) {
+    let counter = Counter::find(init);
     if !memory_stop {
         return (counter, None);
     }
@@ -96,13 +96,22 @@ pub struct Counter {
 }
 
 impl Counter {
-    /// Look for the counter: a container's own cgroup at the mount's root
-    /// first (one `open` for a v2 container), then the places
-    /// /proc/self/cgroup names. None where nothing is found or readable.
-    pub fn find() -> Option<Counter> {
-        if let Some(counter) = Counter::open(cgroup::MOUNT_ROOT_V2) {
+    /// Look for the counter where it is likeliest first. PID 1 (`init`) is
+    /// a container's: its own cgroup is at the mount's root, one `open` on
+    /// v2. Any other process is likelier one on a host, whose cgroup
+    /// /proc/self/cgroup names: that first, the mount's root after (a
+    /// container's process that is not its PID 1, a cgroup namespace's
+    /// root). None where nothing is found or readable.
+    pub fn find(init: bool) -> Option<Counter> {
+        let root = || Counter::open(cgroup::MOUNT_ROOT_V2);
+        if init && let Some(counter) = root() {
             return Some(counter);
         }
+        Counter::named().or_else(|| if init { None } else { root() })
+    }
+
+    /// The counter of the cgroup /proc/self/cgroup names.
+    fn named() -> Option<Counter> {
         let file = open(b"/proc/self/cgroup")?;
         let mut buf = [0u8; BUF];
         let text = pread(&file, &mut buf).ok()?;

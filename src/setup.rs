@@ -93,7 +93,7 @@ pub fn parts(config: Config, signals: SignalSource, start: Start) -> Result<Part
     };
     let watchdog_pid = notify.is_some() && config.watchdog.is_some();
     let termination_log = config.termination_log.clone();
-    let (counter, usage) = memory::find(config.memory_stop.is_some());
+    let (counter, usage) = memory::find(config.memory_stop.is_some(), mode == reap::Role::Pid1);
     let mut settings = settings(config, finish.is_some(), notify.is_some(), outer.is_some());
     settings.oom_counter = counter.is_some();
     settings.memory_stop = settings.memory_stop.filter(|_| usage.is_some());
