@@ -46,8 +46,21 @@ pub struct Everyone {
     /// `kill(-pgid)` first (the group fork cannot outrun), when exact.
     pub group: Option<i32>,
     /// `kill(-1)`: as PID 1, every other process of the namespace.
-    pub namespace: bool,
+    pub namespace: Namespace,
     pub descendants: Walk,
+}
+
+/// Whether `kill(-1)` goes out (as PID 1).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Namespace {
+    No,
+    Yes,
+    /// Only when /proc lists a process besides drainit. With no child left
+    /// and /proc the namespace's own, what is left can only be a process
+    /// that entered by setns (`docker exec`): one read of /proc, whose
+    /// size is the namespace's, finds it, where `kill(-1)` makes the kernel
+    /// walk every task of the host.
+    IfOthers,
 }
 
 /// What to do with /proc when reaching everyone.
@@ -129,7 +142,12 @@ impl Custody {
             (true, Role::Pid1) => Walk::Skip,
             (true, Role::Subreaper | Role::Plain) => Walk::Each,
         };
-        Everyone { group: self.group.filter(|_| !self.leader_reaped), namespace: self.mode == Role::Pid1, descendants }
+        let namespace = match self.mode {
+            Role::Pid1 if self.proc_is_ours && !self.children_left => Namespace::IfOthers,
+            Role::Pid1 => Namespace::Yes,
+            Role::Subreaper | Role::Plain => Namespace::No,
+        };
+        Everyone { group: self.group.filter(|_| !self.leader_reaped), namespace, descendants }
     }
 }
 
@@ -137,6 +155,7 @@ impl Custody {
 mod tests {
     use super::*;
     use GroupTarget::*;
+    use Namespace::*;
     use Walk::*;
 
     const G: i32 = 40;
@@ -173,16 +192,17 @@ mod tests {
     #[test]
     fn everyone_table() {
         for (mode, ours, reaped, left, count, group, namespace, walk) in [
-            (Role::Pid1, true, false, Left::Running, true, Some(G), true, Count),
-            (Role::Pid1, true, false, Left::Running, false, Some(G), true, Skip),
-            (Role::Pid1, true, true, Left::Running, true, None, true, Count),
-            (Role::Pid1, true, true, Left::Nothing, true, None, true, Skip),
-            (Role::Pid1, false, false, Left::Running, true, Some(G), true, Skip),
-            (Role::Subreaper, true, false, Left::Running, false, Some(G), false, Each),
-            (Role::Subreaper, true, true, Left::Running, true, None, false, Each),
-            (Role::Subreaper, true, true, Left::Nothing, true, None, false, Skip),
-            (Role::Subreaper, false, true, Left::Running, true, None, false, Skip),
-            (Role::Plain, true, false, Left::Running, true, Some(G), false, Each),
+            (Role::Pid1, true, false, Left::Running, true, Some(G), Yes, Count),
+            (Role::Pid1, true, false, Left::Running, false, Some(G), Yes, Skip),
+            (Role::Pid1, true, true, Left::Running, true, None, Yes, Count),
+            (Role::Pid1, true, true, Left::Nothing, true, None, IfOthers, Skip),
+            (Role::Pid1, false, true, Left::Nothing, true, None, Yes, Skip),
+            (Role::Pid1, false, false, Left::Running, true, Some(G), Yes, Skip),
+            (Role::Subreaper, true, false, Left::Running, false, Some(G), No, Each),
+            (Role::Subreaper, true, true, Left::Running, true, None, No, Each),
+            (Role::Subreaper, true, true, Left::Nothing, true, None, No, Skip),
+            (Role::Subreaper, false, true, Left::Running, true, None, No, Skip),
+            (Role::Plain, true, false, Left::Running, true, Some(G), No, Each),
         ] {
             let mut c = custody(mode, ours);
             if reaped {

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use nix::unistd::Pid;
 
-use crate::custody::{Custody, GroupTarget, Walk};
+use crate::custody::{Custody, GroupTarget, Namespace, Walk};
 use crate::environment;
 use crate::events::Event;
 use crate::exit::Code;
@@ -210,7 +210,12 @@ impl Executor {
         if let Some(group) = everyone.group {
             let _ = sys::kill(Pid::from_raw(-group), sig);
         }
-        if everyone.namespace {
+        let namespace = match everyone.namespace {
+            Namespace::No => false,
+            Namespace::Yes => true,
+            Namespace::IfOthers => procs::anyone_else(self.proc_self.unwrap_or(1)),
+        };
+        if namespace {
             let _ = sys::kill(Pid::from_raw(-1), sig);
         }
         match (everyone.descendants, self.proc_self) {

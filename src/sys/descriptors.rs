@@ -1,5 +1,6 @@
 //! Calls on descriptors that nix does not shape as drainit needs: fstat of
-//! a maybe-closed fd, fds kept for life, the controlling-terminal ioctls.
+//! a maybe-closed fd, fds kept for life, the controlling-terminal ioctls,
+//! a directory's entries read straight into a caller's buffer.
 
 use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
 
@@ -45,4 +46,16 @@ pub fn own_received(fd: std::os::fd::RawFd) -> std::os::fd::OwnedFd {
     // SAFETY: recvmsg installed fd for this message alone; the caller takes
     // it once, and nothing else closes or uses it.
     unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) }
+}
+
+/// getdents64(2): the next entries of the directory open on `fd`, as the
+/// kernel lays them out (`linux_dirent64` records), into `buf`; the bytes
+/// filled, 0 at the end. nix reads directories through libc's opendir,
+/// whose DIR comes from malloc: at PID 1's exit that would be musl's heap
+/// set-up (four syscalls) for one look at /proc.
+pub fn dir_entries(fd: BorrowedFd<'_>, buf: &mut [u8]) -> nix::Result<usize> {
+    // SAFETY: buf is valid for writes of buf.len() bytes, which the kernel
+    // fills with whole records at most.
+    let n = unsafe { libc::syscall(libc::SYS_getdents64, fd.as_raw_fd(), buf.as_mut_ptr(), buf.len()) };
+    Errno::result(n).map(|n| n.unsigned_abs() as usize)
 }

@@ -10,7 +10,7 @@ mod signals;
 mod start;
 
 pub use credentials::become_user;
-pub use descriptors::{kept_fd, own_received, release_controlling_tty, set_controlling_tty, stat_fd};
+pub use descriptors::{dir_entries, kept_fd, own_received, release_controlling_tty, set_controlling_tty, stat_fd};
 pub use process::{
     ChildStack, ExecArgs, NUMBER_SLOT, exit_now, fill_number, first_in_line, set_env, spawn, unset_env, wait_any_nohang,
 };
