@@ -266,6 +266,17 @@ fn oom_killed_worker_is_told_from_the_host_view_with_its_exit_code() {
     check_oom_killed_worker(s, 200);
 }
 
+/// The same with drainit not PID 1 of its container (a shell is): a process
+/// that is not PID 1 reads /proc/self/cgroup first, which names no path
+/// (`0::/`), and then finds the container's counter at the mount's root.
+#[test]
+fn oom_killed_worker_is_told_when_drainit_is_not_pid1() {
+    let s = scenario("oom_kill_worker_not_pid1");
+    // The shell is pid 1 of the container, drainit 2, the worker 3.
+    assert_eq!(s.event("log", "child_started").get("pid"), Some("3"), "{}", s.text);
+    check_oom_killed_worker(s, 137);
+}
+
 fn check_oom_killed_worker(s: &Scenario, code: i32) {
     assert_eq!(s.status("status"), format!("exited {code}"), "{}", s.text);
     assert_eq!(s.counter("events_after", "oom_kill") - s.counter("events_before", "oom_kill"), 1, "{}", s.text);

@@ -140,6 +140,20 @@ oom_kill_worker_host_view)
     report a "$cg" "$D/before"
     ;;
 
+# The same with drainit not PID 1 of its container (a shell is, as with a
+# wrapper script or a shared process namespace): it looks at the path
+# /proc/self/cgroup names first (`0::/`: none), then at the mount's root,
+# and finds the container's counter there. `log` names drainit's mode.
+oom_kill_worker_not_pid1)
+    cg=$(cgroup "$name" $LIMIT 0)
+    cp "$cg/memory.events" "$D/before"
+    : >"$D/tlog"
+    sandbox -p "$D/a.pid" -s "$D/a.status" "$cg" sh -c 'drainit "$@"; exit $?' sh \
+        --finish /bin/envrec --termination-log "$D/tlog" -- climber 4 10 200 "$D/climb" \
+        >"$D/a.out" 2>"$D/a.log" </dev/null
+    report a "$cg" "$D/before"
+    ;;
+
 # The worker's child is OOM-killed; the worker survives it. On v2 the kill
 # is told when it happens (memory.events wakes the wait), not at exit: the
 # scenario looks for the `oom_kill` line while the worker still runs, then
