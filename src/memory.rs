@@ -23,14 +23,13 @@ const BUF: usize = 4096;
 /// 4 KiB at a time.
 const COUNTER_BUF: usize = 512;
 
-/// What start-up finds: the counter (always looked for) and, when
-/// `--memory-stop` wants them, the working set's files; where they cannot
-/// be had, `memory_stop_off` says why and the option stays off.
-pub fn find(memory_stop: bool, init: bool) -> (Option<Counter>, Option<Usage>) {
+/// What `--memory-stop` needs at start, before the worker runs: the
+/// counter and the working set's files; where they cannot be had,
+/// `memory_stop_off` says why and the option stays off. (Without the
+/// option the counter alone is looked for, after the first spawn:
+/// `Counter::find`.)
+pub fn find_for_memory_stop(init: bool) -> (Option<Counter>, Option<Usage>) {
     let counter = Counter::find(init);
-    if !memory_stop {
-        return (counter, None);
-    }
     match Usage::open(counter.as_ref().map(|c| &c.dir)) {
         Ok(usage) => (counter, Some(usage)),
         Err(off) => {

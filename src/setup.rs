@@ -93,7 +93,13 @@ pub fn parts(config: Config, signals: SignalSource, start: Start) -> Result<Part
     };
     let watchdog_pid = notify.is_some() && config.watchdog.is_some();
     let termination_log = config.termination_log.clone();
-    let (counter, usage) = memory::find(config.memory_stop.is_some(), mode == reap::Role::Pid1);
+    // The counter alone is looked for once the first child has started:
+    // the look (some 40-90 µs of procfs and cgroupfs) then runs beside the
+    // worker's start instead of before it. `--memory-stop` needs the limit
+    // before the worker runs, so it looks now.
+    let init = mode == reap::Role::Pid1;
+    let (counter, usage) = if config.memory_stop.is_some() { memory::find_for_memory_stop(init) } else { (None, None) };
+    let look_later = config.memory_stop.is_none().then_some(init);
     let mut settings = settings(config, finish.is_some(), notify.is_some(), outer.is_some());
     settings.oom_counter = counter.is_some();
     settings.memory_stop = settings.memory_stop.filter(|_| usage.is_some());
@@ -118,7 +124,10 @@ pub fn parts(config: Config, signals: SignalSource, start: Start) -> Result<Part
         swept: None,
         attempt_slot: false,
     };
-    let sources = Sources::new(signals, notify.map(|socket| Inbox::new(socket, senders)), counter);
+    let mut sources = Sources::new(signals, notify.map(|socket| Inbox::new(socket, senders)), counter);
+    if let Some(init) = look_later {
+        sources.find_counter_later(init);
+    }
     let sweep = match verdict {
         Some(state::Verdict::Unclean(predecessor)) => Some(predecessor),
         _ => None,

@@ -306,6 +306,12 @@ impl Supervisor {
         }
     }
 
+    /// The OOM-kill counter was found after the start (its look waits for
+    /// the first child): the count is known from now on, 0 so far.
+    pub fn oom_counter_found(&mut self) {
+        self.record.oom_kills.get_or_insert(0);
+    }
+
     pub fn start(&mut self, out: &mut Vec<Action>) {
         match self.sweep.take() {
             Some(predecessor) => {
@@ -1909,6 +1915,22 @@ mod tests {
             crate::environment::finish_vars(record).contains(&("DRAINIT_OOM_KILLS", "unknown".into())),
             "no counter found"
         );
+        // Found after the first spawn (its look waits for it): counted from
+        // then, and a count already told is not reset by a late call.
+        for (told, want) in [(None, "0"), (Some(2), "2")] {
+            let mut st = Story::new(Settings { oom_counter: false, ..with_finish() });
+            st.s.oom_counter_found();
+            st.feed(0, Spawned(W));
+            if let Some(n) = told {
+                st.feed(5, OomKills(n));
+                st.s.oom_counter_found();
+            }
+            st.feed(10, Reaped(W, exited(0)));
+            let out = st.actions(10, Children { left: false });
+            let Some(Action::SpawnFinish(record)) = out.first() else { panic!("{out:?}") };
+            let vars = crate::environment::finish_vars(record);
+            assert!(vars.contains(&("DRAINIT_OOM_KILLS", want.into())), "{told:?}: {vars:?}");
+        }
     }
 
     #[test]

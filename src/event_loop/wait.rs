@@ -56,6 +56,11 @@ pub trait Os {
     fn oom_kills(&mut self) -> Option<u64> {
         None
     }
+    /// Look for the OOM-kill counter, where that was left until the first
+    /// child had started; whether one was found.
+    fn find_counter(&mut self) -> bool {
+        false
+    }
 }
 
 /// What drainit listens to.
@@ -66,8 +71,12 @@ pub struct Sources {
     /// The memory cgroup's OOM-kill counter, when one was found.
     memory: Option<Counter>,
     /// A source besides stderr has a descriptor to wait on: it has for the
-    /// whole run, or never, so it is found once rather than every turn.
+    /// whole run (from the counter's late look on), or never, so it is
+    /// found then rather than every turn.
     polled: bool,
+    /// The counter is to be looked for after the first spawn (as PID 1 or
+    /// not: `memory::Counter::find`'s order).
+    later: Option<bool>,
 }
 
 /// A source of the wait besides the signals, a row each: what it waits
@@ -103,9 +112,18 @@ impl Source {
 
 impl Sources {
     pub fn new(signals: SignalSource, notify: Option<Inbox>, memory: Option<Counter>) -> Sources {
-        let mut sources = Sources { signals, notify, memory, polled: false };
-        sources.polled = Source::ALL.into_iter().any(|source| sources.fd(source, None).is_some());
+        let mut sources = Sources { signals, notify, memory, polled: false, later: None };
+        sources.polled = sources.any_polled();
         sources
+    }
+
+    fn any_polled(&self) -> bool {
+        Source::ALL.into_iter().any(|source| self.fd(source, None).is_some())
+    }
+
+    /// Leave the counter's look until the first child has started.
+    pub fn find_counter_later(&mut self, init: bool) {
+        self.later = Some(init);
     }
 
     /// The descriptor of `source`, when it is present this turn.
@@ -168,6 +186,13 @@ impl Os for Sources {
 
     fn oom_kills(&mut self) -> Option<u64> {
         self.memory.as_mut().and_then(Counter::rose)
+    }
+
+    fn find_counter(&mut self) -> bool {
+        let Some(init) = self.later.take() else { return false };
+        self.memory = Counter::find(init);
+        self.polled = self.any_polled();
+        self.memory.is_some()
     }
 
     fn notes(&mut self, worker: Option<i32>, max: usize, deadline: Option<Instant>, each: &mut dyn FnMut(Input)) {
