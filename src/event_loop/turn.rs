@@ -16,16 +16,17 @@ pub fn run<O: Os>(supervisor: &mut Supervisor, exec: &mut Executor, os: &mut O) 
     let mut gather = Gather::default();
     let mut feed = Feed::default();
     supervisor.start(&mut feed.actions);
-    // Once the first child (the worker, or the sweep's finish program) has
-    // started, the OOM-kill counter's look, when it was left until then,
-    // runs beside its start; before any answer is fed, so that a finish
-    // program the answer starts already sees the count.
-    let after_first_spawn = |supervisor: &mut Supervisor| {
-        if os.find_counter() {
-            supervisor.oom_counter_found();
-        }
-    };
-    if let Some(code) = feed.carry_out_then(supervisor, exec, &mut Now::unread(), after_first_spawn) {
+    // The start is a spawn (the worker, or the sweep's finish program).
+    // Once it is carried out, the OOM-kill counter's look, when it was left
+    // until then, runs beside the child's start; before the spawn's answer
+    // is fed, so that a finish program the answer starts sees the count.
+    if let Some(code) = feed.act(exec) {
+        return code;
+    }
+    if os.find_counter() {
+        supervisor.oom_counter_found();
+    }
+    if let Some(code) = feed.carry_out(supervisor, exec, &mut Now::unread()) {
         return code;
     }
     loop {
@@ -76,32 +77,25 @@ impl Feed {
     /// Carry out the actions of the input just fed, and feed each answer
     /// right after it.
     fn carry_out(&mut self, supervisor: &mut Supervisor, exec: &mut Executor, now: &mut Now) -> Option<Code> {
-        self.carry_out_then(supervisor, exec, now, |_| {})
-    }
-
-    /// As `carry_out`, with `first` run once the first action is carried out.
-    fn carry_out_then(
-        &mut self,
-        supervisor: &mut Supervisor,
-        exec: &mut Executor,
-        now: &mut Now,
-        first: impl FnOnce(&mut Supervisor),
-    ) -> Option<Code> {
-        let mut first = Some(first);
         loop {
-            for action in self.actions.drain(..) {
-                let done = exec.carry_out(action);
-                if let Some(first) = first.take() {
-                    first(supervisor);
-                }
-                match done {
-                    Done::Nothing => {}
-                    Done::Answer(input) => self.answers.push_back(input),
-                    Done::Exit(code) => return Some(code),
-                }
+            if let Some(code) = self.act(exec) {
+                return Some(code);
             }
             let input = self.answers.pop_front()?;
             supervisor.handle(input, now, &mut self.actions);
         }
+    }
+
+    /// Carry out the actions waiting, queueing their answers. Some(code):
+    /// drainit exits now.
+    fn act(&mut self, exec: &mut Executor) -> Option<Code> {
+        for action in self.actions.drain(..) {
+            match exec.carry_out(action) {
+                Done::Nothing => {}
+                Done::Answer(input) => self.answers.push_back(input),
+                Done::Exit(code) => return Some(code),
+            }
+        }
+        None
     }
 }
