@@ -158,6 +158,22 @@ pub fn wait_for<T>(limit: Duration, mut f: impl FnMut() -> Option<T>) -> Option<
     found
 }
 
+/// Make the calling thread SCHED_FIFO (the lowest real-time priority): a
+/// test's instrument (the thread that notes when drainit exits) must see
+/// the moment it happens, not when a storm's senders or a fork bomb's
+/// processes, which share the machine's two cores with it, leave it a
+/// turn. Processes it starts after do not inherit it (SCHED_RESET_ON_FORK):
+/// drainit is measured at its own priority. Whether it took (root, or
+/// RLIMIT_RTPRIO).
+pub fn realtime() -> bool {
+    // SAFETY: sched_param is plain integers (musl's has more fields than
+    // glibc's): all zero is a valid value.
+    let mut param: libc::sched_param = unsafe { std::mem::zeroed() };
+    param.sched_priority = 1;
+    // SAFETY: sched_setscheduler reads param, valid for the call.
+    unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO | libc::SCHED_RESET_ON_FORK, &param) == 0 }
+}
+
 /// CLOCK_MONOTONIC in ns: the clock of the recorder's timestamps.
 pub fn monotonic_ns() -> u128 {
     let mut t = libc::timespec { tv_sec: 0, tv_nsec: 0 };
