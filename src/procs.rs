@@ -92,7 +92,23 @@ pub fn anyone_else(me: i32) -> bool {
         if names.any(|name| name.iter().all(u8::is_ascii_digit) && name != me.as_bytes()) {
             return true;
         }
+        if ends_listing(len, buf.len()) {
+            return false;
+        }
     }
+}
+
+/// The longest `linux_dirent64` record: its 19 header bytes and a name of
+/// up to 255 bytes with its NUL, padded to 8.
+const LONGEST_DIRENT: usize = 280;
+
+/// Whether a getdents64 that filled `len` bytes of `room` read the last of
+/// the listing: the kernel stops filling only at a record that does not
+/// fit (or a signal, which drainit keeps blocked), so room left for the
+/// longest one means there was no next. Saves the read that returns 0
+/// from PID 1's exit.
+fn ends_listing(len: usize, room: usize) -> bool {
+    len + LONGEST_DIRENT <= room
 }
 
 /// The names in a buffer of `linux_dirent64` records (getdents64): inode
@@ -278,6 +294,14 @@ mod tests {
         let mut bad = dirent("x");
         bad[16..18].copy_from_slice(&0u16.to_ne_bytes());
         assert_eq!(dirent_names(&bad).count(), 0, "a zero length ends the walk");
+    }
+
+    #[test]
+    fn a_listing_ends_where_the_longest_record_still_had_room() {
+        assert!(ends_listing(80, 1024), "self, thread-self and drainit: the end");
+        assert!(ends_listing(744, 1024));
+        assert!(!ends_listing(745, 1024), "the next record may not have fitted");
+        assert!(!ends_listing(1020, 1024));
     }
 
     #[test]
