@@ -19,7 +19,7 @@ group=gone
 if [ -f {dir}/w/pid ] && kill -0 -"$(cat {dir}/w/pid)" 2>/dev/null; then group=alive; fi
 set -- $(cat /proc/$$/stat)
 {{
-  echo "code=$DRAINIT_EXIT_CODE status=$DRAINIT_WORKER_STATUS deadline=$DRAINIT_DEADLINE_REACHED stop=$DRAINIT_STOP_SIGNAL attempt=$DRAINIT_ATTEMPT group=$group leader=$([ "$1" = "$5" ] && [ "$1" = "$6" ] && echo yes || echo no)"
+  echo "code=$DRAINIT_EXIT_CODE status=$DRAINIT_WORKER_STATUS deadline=$DRAINIT_DEADLINE_REACHED stop=$DRAINIT_STOP_SIGNAL attempt=$DRAINIT_ATTEMPT group=$group leader=$([ "$1" = "$5" ] && [ "$1" = "$6" ] && echo yes || echo no) slice=$(sed -n 's/^se.slice *: *//p' /proc/$$/sched)"
 }} >> "$log"
 {then}
 "#,
@@ -29,6 +29,17 @@ set -- $(cat /proc/$$/stat)
     std::fs::write(&path, script).unwrap();
     std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     path
+}
+
+/// The time slice the scheduler gives `pid` (sched_getattr's runtime, in
+/// ns: a normal task's slice since Linux 6.12), while it lives.
+fn time_slice(pid: i32) -> Option<u64> {
+    // struct sched_attr, first version: size, policy, flags, nice,
+    // priority, runtime, deadline, period.
+    let mut attr = [0u64; 6];
+    // SAFETY: sched_getattr writes at most 48 bytes into attr (48 bytes).
+    let got = unsafe { libc::syscall(libc::SYS_sched_getattr, pid, attr.as_mut_ptr(), 48, 0) };
+    (got == 0).then_some(attr[3])
 }
 
 /// The runs the finish program logged, each as its key=value map.
@@ -49,7 +60,19 @@ per_mode! {
         let options = ["--finish", &finish, "--grace", "1s", "--orchestrator-timeout", "3s"];
         let mut run = drainit(mode, rec.worker_with(&options)).spawn();
         assert!(rec.wait_ready(secs(10)));
+        let slice = time_slice(run.pid);
+        assert!(slice > Some(100_000), "drainit has the default slice until a stop: {slice:?} ns");
         run.signal(libc::SIGTERM);
+        // Draining (the worker ignores SIGTERM for the grace): from the stop
+        // on drainit asks for the shortest slice, so that its deadline wins
+        // the CPU from whatever the worker left runnable (a fork bomb:
+        // tests/hostile.rs); its children start with the default one.
+        assert!(run.wait_event("stop_requested", secs(5)).is_some(), "{}", run.log());
+        assert!(
+            wait_until(secs(5), || time_slice(run.pid) == Some(100_000)),
+            "not the 0.1 ms slice while draining: {:?} ns",
+            time_slice(run.pid)
+        );
         assert_eq!(run.wait(secs(10)).code, Some(137), "{}", run.log());
         let runs = finish_runs(&dir);
         assert_eq!(runs.len(), 1, "{}", run.log());
@@ -60,6 +83,7 @@ per_mode! {
         );
         assert_eq!(&r["group"], "gone", "the finish program ran while the worker's group lived");
         assert_eq!(&r["leader"], "yes", "not the leader of its own session and group");
+        assert_eq!(Some(&r["slice"]), slice.map(|s| s.to_string()).as_ref(), "the finish program's slice");
         let names = event_names(&run.log());
         let at = |n: &str| names.iter().position(|x| x == n).unwrap_or_else(|| panic!("no {n}: {names:?}"));
         assert!(at("child_exited") < at("finish_started") && at("finish_exited") < at("exit"), "{names:?}");

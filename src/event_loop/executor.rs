@@ -126,6 +126,8 @@ impl Executor {
                 Done::Nothing
             }
             Action::NoRestart => {
+                // On the way out: the deadline must win the CPU from here.
+                sys::short_slice();
                 // The directory's rmdir (a filesystem's, whatever $TMPDIR
                 // is) runs now, while the worker handles its stop signal,
                 // and not between its exit and drainit's.

@@ -12,7 +12,8 @@ mod start;
 pub use credentials::become_user;
 pub use descriptors::{dir_entries, kept_fd, own_received, release_controlling_tty, set_controlling_tty, stat_fd};
 pub use process::{
-    ChildStack, ExecArgs, NUMBER_SLOT, exit_now, fill_number, first_in_line, set_env, spawn, unset_env, wait_any_nohang,
+    ChildStack, ExecArgs, NUMBER_SLOT, exit_now, fill_number, first_in_line, set_env, short_slice, spawn, unset_env,
+    wait_any_nohang,
 };
 pub use ptrace::{ptrace_detach, ptrace_siginfo};
 pub use signals::{SIGRTMAX, SIGRTMIN, kill, reset_signal_dispositions, set_signal_mask, signal_set, take_signal};
