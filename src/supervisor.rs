@@ -147,9 +147,10 @@ pub enum Action {
     /// Send to the outer notify socket, if there is one.
     Tell(Tell),
     /// The stop has begun and no restart follows it: what only a restart
-    /// reads (the retry-after file) is read no more. Comes after the stop
-    /// signal when that goes out at once, so that what the loop does with
-    /// it never delays the signal.
+    /// reads (the retry-after file) is read no more, and drainit, on its
+    /// way out, asks for the scheduler's shortest slice (its deadline must
+    /// win the CPU). Comes after the stop signal when that goes out at
+    /// once, so that what the loop does with it never delays the signal.
     NoRestart,
     Log(Event),
     /// Write the termination message and exit with the record's code.
