@@ -453,7 +453,8 @@ pub fn first_in_line<T>(f: impl FnOnce() -> T) -> T {
     let fifo = param(1);
     // SAFETY: sched_getscheduler takes a pid (0: the caller) and reads nothing.
     let before = unsafe { libc::sched_getscheduler(0) };
-    // After `go_first` the policy carries SCHED_RESET_ON_FORK: real-time.
+    // After `short_slice` the policy carries SCHED_RESET_ON_FORK; a chrt'd
+    // drainit's may too. (The short slice outlives the boost: measured.)
     let policy = before & !libc::SCHED_RESET_ON_FORK;
     let normal = before >= 0 && policy != libc::SCHED_FIFO && policy != libc::SCHED_RR;
     // SAFETY: a valid sched_param for the call, pid 0 (the caller).
