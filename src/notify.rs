@@ -1027,8 +1027,19 @@ mod tests {
     /// Whether the pipe whose read end is `r` has no write end left open
     /// anywhere (POLLHUP): how a sender's BARRIER=1 learns it was read.
     fn hung_up(r: &OwnedFd) -> bool {
+        hung_up_within(r, nix::poll::PollTimeout::ZERO)
+    }
+
+    /// `hung_up`, waiting up to 5 s for it: another test of this binary may
+    /// have forked and not exec'd yet, and its child holds a copy of every
+    /// descriptor (close-on-exec or not) until its exec.
+    fn hangs_up(r: &OwnedFd) -> bool {
+        hung_up_within(r, nix::poll::PollTimeout::from(5000u16))
+    }
+
+    fn hung_up_within(r: &OwnedFd, timeout: nix::poll::PollTimeout) -> bool {
         let mut fds = [nix::poll::PollFd::new(r.as_fd(), nix::poll::PollFlags::empty())];
-        nix::poll::poll(&mut fds, nix::poll::PollTimeout::ZERO).unwrap();
+        nix::poll::poll(&mut fds, timeout).unwrap();
         fds[0].revents().is_some_and(|e| e.contains(nix::poll::PollFlags::POLLHUP))
     }
 
@@ -1066,7 +1077,7 @@ mod tests {
         let mut open_while_judged = None;
         socket.drain(64, None, |m| open_while_judged = Some((m.fds, hung_up(&r)))).unwrap();
         assert_eq!(open_while_judged, Some((1, false)), "the sender still waits while its message is judged");
-        assert!(hung_up(&r), "drain closed the write end it received");
+        assert!(hangs_up(&r), "drain closed the write end it received");
 
         // The kernel's most (253) on a refused message: every copy closed.
         let (r, w) = nix::unistd::pipe2(OFlag::O_CLOEXEC).unwrap();
@@ -1074,7 +1085,7 @@ mod tests {
         send_with_fds(&path, b"READY=\x001", &copies);
         drop(w);
         assert_eq!(drain_all(&mut socket), vec![Got { pid: me, fds: 253, body: Err(Reject::NulByte) }]);
-        assert!(hung_up(&r), "all 253 received copies closed");
+        assert!(hangs_up(&r), "all 253 received copies closed");
     }
 
     /// A received descriptor is let go of without waiting: a TCP socket
@@ -1097,7 +1108,7 @@ mod tests {
         assert!(parked.is_empty(), "a TCP socket is closed");
         let (r, w) = nix::unistd::pipe2(OFlag::O_CLOEXEC).unwrap();
         release(w, &mut parked);
-        assert!(hung_up(&r) && parked.is_empty(), "a pipe is closed");
+        assert!(hangs_up(&r) && parked.is_empty(), "a pipe is closed");
         release(OwnedFd::from(std::fs::File::open("/proc/self/stat").unwrap()), &mut parked);
         release(OwnedFd::from(UnixDatagram::pair().unwrap().0), &mut parked);
         assert_eq!(parked.len(), 2, "a file and an AF_UNIX socket are kept");
