@@ -134,6 +134,11 @@ impl Custody {
         }
     }
 
+    /// Whether `everyone` can ask for a look at the namespace (`IfOthers`).
+    pub fn looks_at_namespace(&self) -> bool {
+        self.mode == Role::Pid1 && self.proc_is_ours
+    }
+
     /// `count`: the caller needs to know how many processes were reached.
     pub fn everyone(&self, count: bool) -> Everyone {
         let descendants = match (self.proc_is_ours && self.children_left, self.mode) {

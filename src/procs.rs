@@ -4,7 +4,7 @@
 
 use std::fs;
 
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, OwnedFd};
 
 use nix::fcntl::{AT_FDCWD, OFlag, openat};
 use nix::sys::stat::Mode;
@@ -59,43 +59,68 @@ pub fn descendants(root: i32) -> Vec<i32> {
 /// a process each (FIRST_PROCESS_ENTRY, the same since Linux 2.6).
 const FIRST_PROCESS_ENTRY: i64 = 256;
 
-/// Whether /proc lists a process besides `me` (its pid there). As PID 1
-/// with no child left, only a process that entered the namespace by setns
-/// (`docker exec`) can be there: this look costs the namespace's size,
-/// where a blind `kill(-1)` makes the kernel walk every task of the host
-/// (bench: some 55 µs of PID 1's exit on a quiet host with 70 tasks).
-/// The fixed entries are skipped when the first entry past them is "self"
-/// (else the listing starts over from the top); no heap (libc's opendir
-/// would set up musl's). Yes when /proc cannot be read: kill(-1) then goes
-/// out as before.
-pub fn anyone_else(me: i32) -> bool {
-    let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
-    let Ok(dir) = openat(AT_FDCWD, "/proc", flags, Mode::empty()) else { return true };
-    let mut check_self = lseek(&dir, FIRST_PROCESS_ENTRY, Whence::SeekSet).is_ok();
-    let me = me.to_string();
-    let mut buf = [0u8; 1024];
-    loop {
-        let len = match sys::dir_entries(dir.as_fd(), &mut buf) {
-            Ok(0) if !check_self => return false,
-            Ok(len) => len,
-            Err(_) => return true,
-        };
-        let mut names = dirent_names(&buf[..len]).peekable();
-        // Nothing, or not "self", past the fixed entries: not the layout
-        // the seek assumed, so the whole listing is read instead.
-        if std::mem::take(&mut check_self) && names.peek() != Some(&&b"self"[..]) {
-            if lseek(&dir, 0, Whence::SeekSet).is_err() {
+/// /proc's root, kept open for the look at the namespace as PID 1 (see
+/// `ProcRoot::anyone_else`): opened and placed past the fixed entries once,
+/// after the first spawn, rather than on the way out, where everything
+/// drainit does stands between the worker's exit and drainit's.
+pub struct ProcRoot {
+    dir: OwnedFd,
+    /// The offset is FIRST_PROCESS_ENTRY (the open's seek; later looks
+    /// seek again).
+    placed: bool,
+}
+
+impl ProcRoot {
+    pub fn open() -> Option<ProcRoot> {
+        let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
+        let dir = openat(AT_FDCWD, "/proc", flags, Mode::empty()).ok()?;
+        let placed = lseek(&dir, FIRST_PROCESS_ENTRY, Whence::SeekSet).is_ok();
+        Some(ProcRoot { dir, placed })
+    }
+
+    /// Whether /proc lists a process besides `me` (its pid there). As PID
+    /// 1 with no child left, only a process that entered the namespace by
+    /// setns (`docker exec`) can be there: this look costs the namespace's
+    /// size, where a blind `kill(-1)` makes the kernel walk every task of
+    /// the host (bench: some 55 µs of PID 1's exit on a quiet host with 70
+    /// tasks). The fixed entries are skipped when the first entry past them
+    /// is "self" (else the listing starts over from the top); no heap
+    /// (libc's opendir would set up musl's). Yes when /proc cannot be read:
+    /// kill(-1) then goes out as before.
+    pub fn anyone_else(&mut self, me: i32) -> bool {
+        let dir = &self.dir;
+        let mut check_self =
+            std::mem::take(&mut self.placed) || lseek(dir, FIRST_PROCESS_ENTRY, Whence::SeekSet).is_ok();
+        let me = me.to_string();
+        let mut buf = [0u8; 1024];
+        loop {
+            let len = match sys::dir_entries(dir.as_fd(), &mut buf) {
+                Ok(0) if !check_self => return false,
+                Ok(len) => len,
+                Err(_) => return true,
+            };
+            let mut names = dirent_names(&buf[..len]).peekable();
+            // Nothing, or not "self", past the fixed entries: not the layout
+            // the seek assumed, so the whole listing is read instead.
+            if std::mem::take(&mut check_self) && names.peek() != Some(&&b"self"[..]) {
+                if lseek(dir, 0, Whence::SeekSet).is_err() {
+                    return true;
+                }
+                continue;
+            }
+            if names.any(|name| name.iter().all(u8::is_ascii_digit) && name != me.as_bytes()) {
                 return true;
             }
-            continue;
-        }
-        if names.any(|name| name.iter().all(u8::is_ascii_digit) && name != me.as_bytes()) {
-            return true;
-        }
-        if ends_listing(len, buf.len()) {
-            return false;
+            if ends_listing(len, buf.len()) {
+                return false;
+            }
         }
     }
+}
+
+/// `ProcRoot::anyone_else` with /proc opened for it.
+pub fn anyone_else(me: i32) -> bool {
+    ProcRoot::open().is_none_or(|mut root| root.anyone_else(me))
 }
 
 /// The longest `linux_dirent64` record: its 19 header bytes and a name of
@@ -309,6 +334,10 @@ mod tests {
         let me = std::process::id() as i32;
         assert!(anyone_else(me), "the test runner's /proc lists more than the runner");
         assert!(anyone_else(i32::MAX), "and more than no one");
+        let mut root = ProcRoot::open().unwrap();
+        for look in 0..3 {
+            assert!(root.anyone_else(me), "a kept root sees the same at look {look}");
+        }
     }
 
     #[test]

@@ -123,6 +123,8 @@ pub fn parts(config: Config, signals: SignalSource, start: Start) -> Result<Part
         state,
         swept: None,
         attempt_slot: false,
+        short_slice: false,
+        proc_root: None,
     };
     let mut sources = Sources::new(signals, notify.map(|socket| Inbox::new(socket, senders)), counter);
     if let Some(init) = look_later {

@@ -63,9 +63,21 @@ pub struct Executor {
     /// DRAINIT_ATTEMPT is a number slot (`sys::fill_number`) in drainit's
     /// environment.
     pub attempt_slot: bool,
+    /// A stop has begun: the wait is to take the short slice.
+    pub short_slice: bool,
+    /// /proc's root as PID 1, opened after the first spawn.
+    pub proc_root: Option<procs::ProcRoot>,
 }
 
 impl Executor {
+    /// What is left until the first child has started: /proc's root, for
+    /// the look at the namespace as PID 1.
+    pub fn after_first_spawn(&mut self) {
+        if self.custody.looks_at_namespace() {
+            self.proc_root = procs::ProcRoot::open();
+        }
+    }
+
     pub fn carry_out(&mut self, action: Action) -> Done {
         match action {
             Action::Spawn { attempt } => {
@@ -126,8 +138,9 @@ impl Executor {
                 Done::Nothing
             }
             Action::NoRestart => {
-                // On the way out: the deadline must win the CPU from here.
-                sys::short_slice();
+                // On the way out: the deadline must win the CPU from here
+                // (the wait takes the short slice before it next blocks).
+                self.short_slice = true;
                 // The directory's rmdir (a filesystem's, whatever $TMPDIR
                 // is) runs now, while the worker handles its stop signal,
                 // and not between its exit and drainit's.
@@ -207,7 +220,7 @@ impl Executor {
     /// The current group, and everything else drainit answers for, signalled
     /// as the walk through /proc finds it; the signals that fork cannot
     /// outrun go first. Returns how many processes that was, when `count`.
-    fn signal_all(&self, sig: Signo, count: bool) -> usize {
+    fn signal_all(&mut self, sig: Signo, count: bool) -> usize {
         let everyone = self.custody.everyone(count);
         if let Some(group) = everyone.group {
             let _ = sys::kill(Pid::from_raw(-group), sig);
@@ -215,7 +228,10 @@ impl Executor {
         let namespace = match everyone.namespace {
             Namespace::No => false,
             Namespace::Yes => true,
-            Namespace::IfOthers => procs::anyone_else(self.proc_self.unwrap_or(1)),
+            Namespace::IfOthers => {
+                let me = self.proc_self.unwrap_or(1);
+                self.proc_root.as_mut().map_or_else(|| procs::anyone_else(me), |root| root.anyone_else(me))
+            }
         };
         if namespace {
             let _ = sys::kill(Pid::from_raw(-1), sig);

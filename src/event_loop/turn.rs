@@ -17,12 +17,14 @@ pub fn run<O: Os>(supervisor: &mut Supervisor, exec: &mut Executor, os: &mut O) 
     let mut feed = Feed::default();
     supervisor.start(&mut feed.actions);
     // The start is a spawn (the worker, or the sweep's finish program).
-    // Once it is carried out, the OOM-kill counter's look, when it was left
-    // until then, runs beside the child's start; before the spawn's answer
-    // is fed, so that a finish program the answer starts sees the count.
+    // Once it is carried out, what was left until then runs beside the
+    // child's start: /proc's root, and the OOM-kill counter's look, before
+    // the spawn's answer is fed, so that a finish program the answer
+    // starts sees the count.
     if let Some(code) = feed.act(exec) {
         return code;
     }
+    exec.after_first_spawn();
     if os.find_counter() {
         supervisor.oom_counter_found();
     }
@@ -30,7 +32,7 @@ pub fn run<O: Os>(supervisor: &mut Supervisor, exec: &mut Executor, os: &mut O) 
         return code;
     }
     loop {
-        gather.wait(os, &mut exec.custody, supervisor.next_deadline());
+        gather.wait(os, &mut exec.custody, std::mem::take(&mut exec.short_slice), supervisor.next_deadline());
         let mut now = Now::unread();
         let mut exit = None;
         gather.signals(os, &mut |sig| {

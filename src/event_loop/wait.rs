@@ -22,6 +22,7 @@ use crate::notify::Inbox;
 use crate::reap::{self, Left};
 use crate::signals::{SIGCHLD, SIGKILL, SignalSource, Signo};
 use crate::supervisor::Input;
+use crate::sys;
 
 const SIGNALS_PER_TURN: usize = 64;
 const REAPED_PER_TURN: usize = 1024;
@@ -61,6 +62,12 @@ pub trait Os {
     fn find_counter(&mut self) -> bool {
         false
     }
+    /// Whether a signal waits to be taken (rt_sigpending: none is taken).
+    fn signals_pending(&mut self) -> bool {
+        true
+    }
+    /// Take the shortest time slice for the rest of the run (`sys::short_slice`).
+    fn short_slice(&mut self) {}
 }
 
 /// What drainit listens to.
@@ -188,6 +195,14 @@ impl Os for Sources {
         self.memory.as_mut().and_then(Counter::rose)
     }
 
+    fn signals_pending(&mut self) -> bool {
+        sys::any_pending()
+    }
+
+    fn short_slice(&mut self) {
+        sys::short_slice();
+    }
+
     fn find_counter(&mut self) -> bool {
         let Some(init) = self.later.take() else { return false };
         self.memory = Counter::find(init);
@@ -216,18 +231,56 @@ pub struct Gather {
     /// What the wait found ready, each flag taken where it is handled
     /// (kept whole: one store in every turn, a forward's among them).
     ready: Ready,
+    slice: Slice,
+}
+
+/// The short time slice of a stop (`Os::short_slice`: the deadline must win
+/// the CPU from then on), taken as drainit is about to block rather than
+/// as the stop begins: on one CPU the worker woken by the stop signal runs
+/// first and often dies before drainit goes on, and a turn that finds it
+/// gone exits without the slice's two syscalls. A turn with work waiting
+/// defers it once; the wait after that takes it whatever comes.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+enum Slice {
+    #[default]
+    Default,
+    Wanted,
+    Due,
+    Short,
+}
+
+impl Slice {
+    fn before_wait<O: Os>(self, os: &mut O, blocking: bool) -> Slice {
+        match self {
+            Slice::Wanted if blocking && !os.signals_pending() => {
+                os.short_slice();
+                Slice::Short
+            }
+            Slice::Wanted => Slice::Due,
+            Slice::Due => {
+                os.short_slice();
+                Slice::Short
+            }
+            other => other,
+        }
+    }
 }
 
 impl Gather {
     /// Block until a signal, the next deadline, or stderr can take the
-    /// lines that wait for it.
-    pub fn wait<O: Os>(&mut self, os: &mut O, custody: &mut Custody, deadline: Option<Instant>) {
+    /// lines that wait for it; `stopping`: a stop began in the last turn
+    /// (the short slice is wanted).
+    pub fn wait<O: Os>(&mut self, os: &mut O, custody: &mut Custody, stopping: bool, deadline: Option<Instant>) {
         self.before = self.errors;
         let timeout = if custody.reap_pending() {
             Some(Duration::ZERO)
         } else {
             deadline.map(|at| at.saturating_duration_since(Instant::now()))
         };
+        if stopping && self.slice == Slice::Default {
+            self.slice = Slice::Wanted;
+        }
+        self.slice = self.slice.before_wait(os, timeout != Some(Duration::ZERO));
         match os.wait(timeout, logging::waiting_fd()) {
             Ok(ready) => {
                 if ready.stderr {
@@ -332,6 +385,9 @@ mod tests {
         oom: Option<u64>,
         oom_reads: usize,
         memory_ready: bool,
+        /// What `signals_pending` answers, and the short slices taken.
+        signals_pending: bool,
+        slices: usize,
     }
 
     impl Os for Failing {
@@ -357,6 +413,14 @@ mod tests {
             self.oom_reads += 1;
             self.oom.take()
         }
+
+        fn signals_pending(&mut self) -> bool {
+            self.signals_pending
+        }
+
+        fn short_slice(&mut self) {
+            self.slices += 1;
+        }
     }
 
     fn os(wait: Option<Errno>, read: Option<Errno>) -> Failing {
@@ -369,13 +433,15 @@ mod tests {
             oom: None,
             oom_reads: 0,
             memory_ready: false,
+            signals_pending: false,
+            slices: 0,
         }
     }
 
     /// One turn as the loop gathers it, the signals recorded as inputs
     /// where the loop hands them on as taken.
     fn turn(gather: &mut Gather, os: &mut Failing, custody: &mut Custody, deadline: Option<Instant>) -> Vec<Input> {
-        gather.wait(os, custody, deadline);
+        gather.wait(os, custody, false, deadline);
         let mut inputs = Vec::new();
         gather.signals(os, &mut |sig| inputs.push(Input::Signal(sig)));
         gather.reaped(os, custody);
@@ -458,5 +524,46 @@ mod tests {
         assert_eq!(os.waits[0], None, "idle: no timeout, no wakeup");
         assert!(os.waits[1].is_some_and(|t| t > Duration::from_secs(4) && t <= Duration::from_secs(5)));
         assert_eq!(os.waits[2], Some(Duration::ZERO));
+    }
+
+    /// The short slice, as the wait before each turn meets it: (state,
+    /// the wait blocks, a signal is pending) -> (slices taken, state after).
+    #[test]
+    fn the_short_slice_is_taken_before_drainit_blocks() {
+        use Slice::*;
+        let table = [
+            (Default, true, false, 0, Default),
+            (Wanted, true, false, 1, Short),
+            (Wanted, true, true, 0, Due),
+            (Wanted, false, false, 0, Due),
+            (Due, true, true, 1, Short),
+            (Due, false, false, 1, Short),
+            (Short, true, false, 0, Short),
+        ];
+        for (state, blocking, pending, taken, after) in table {
+            let mut os = os(None, None);
+            os.signals_pending = pending;
+            assert_eq!(state.before_wait(&mut os, blocking), after, "{state:?} blocking={blocking} pending={pending}");
+            assert_eq!(os.slices, taken, "{state:?} blocking={blocking} pending={pending}");
+        }
+    }
+
+    /// A stop whose worker is gone before drainit waits again ends without
+    /// the slice; one that goes on takes it at the wait that would block,
+    /// once.
+    #[test]
+    fn a_stop_takes_the_slice_once_and_only_when_it_waits() {
+        let mut gather = Gather::default();
+        let mut custody = Custody::new(Role::Pid1, true);
+        let mut os = os(None, None);
+        os.signals_pending = true;
+        gather.wait(&mut os, &mut custody, true, None);
+        assert_eq!(os.slices, 0, "the worker's SIGCHLD is pending: its turn comes first");
+        gather.wait(&mut os, &mut custody, false, None);
+        assert_eq!(os.slices, 1, "the next wait takes it whatever comes");
+        os.signals_pending = false;
+        gather.wait(&mut os, &mut custody, true, None);
+        gather.wait(&mut os, &mut custody, false, None);
+        assert_eq!(os.slices, 1, "once in a run");
     }
 }

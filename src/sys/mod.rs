@@ -16,5 +16,7 @@ pub use process::{
     wait_any_nohang,
 };
 pub use ptrace::{ptrace_detach, ptrace_siginfo};
-pub use signals::{SIGRTMAX, SIGRTMIN, kill, reset_signal_dispositions, set_signal_mask, signal_set, take_signal};
+pub use signals::{
+    SIGRTMAX, SIGRTMIN, any_pending, kill, reset_signal_dispositions, set_signal_mask, signal_set, take_signal,
+};
 pub use start::Startup;

@@ -75,6 +75,16 @@ pub fn set_signal_mask(set: &SigSet) -> nix::Result<()> {
     Errno::result(rc).map(drop)
 }
 
+/// Whether any signal is pending for drainit (blocked, so waiting to be
+/// taken): rt_sigpending, which takes none of them. Errors count as yes.
+pub fn any_pending() -> bool {
+    let mut bits: u64 = 0;
+    // SAFETY: the kernel writes its sigset (8 bytes, the size passed) into
+    // `bits`, a u64 owned here and alive for the call.
+    let rc = unsafe { libc::syscall(libc::SYS_rt_sigpending, &raw mut bits, 8) };
+    rc != 0 || bits != 0
+}
+
 /// Take one pending signal of `bits` (bit signo - 1), the lowest-numbered,
 /// waiting for one at most `timeout` (None: as long as it takes): its number
 /// and its sender's pid. EAGAIN when none came in time. The raw syscall, for
