@@ -142,8 +142,10 @@ impl Executor {
                 // (the wait takes the short slice before it next blocks).
                 self.short_slice = true;
                 // The directory's rmdir (a filesystem's, whatever $TMPDIR
-                // is) runs now, while the worker handles its stop signal,
-                // and not between its exit and drainit's.
+                // is) runs now, after the forward and while the worker
+                // handles its stop signal where it has a CPU of its own (on
+                // drainit's, the woken worker often runs first), and never
+                // ahead of the stop signal.
                 if !self.socket_in_private
                     && let Some(dir) = self.private.take()
                 {

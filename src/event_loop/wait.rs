@@ -236,10 +236,12 @@ pub struct Gather {
 
 /// The short time slice of a stop (`Os::short_slice`: the deadline must win
 /// the CPU from then on), taken as drainit is about to block rather than
-/// as the stop begins: on one CPU the worker woken by the stop signal runs
-/// first and often dies before drainit goes on, and a turn that finds it
-/// gone exits without the slice's two syscalls. A turn with work waiting
-/// defers it once; the wait after that takes it whatever comes.
+/// as the stop begins: on a shared CPU the worker woken by the stop signal
+/// runs first (started with setsid, it has a scheduler autogroup of its
+/// own, whose wakeup wins the CPU) and often dies before drainit goes on;
+/// a turn that finds it gone exits without the slice's two syscalls. A
+/// turn with work waiting defers it once; the wait after that takes it
+/// whatever comes.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 enum Slice {
     #[default]
