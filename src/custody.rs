@@ -148,7 +148,7 @@ impl Custody {
             (true, Role::Subreaper | Role::Plain) => Walk::Each,
         };
         let namespace = match self.mode {
-            Role::Pid1 if self.proc_is_ours && !self.children_left => Namespace::IfOthers,
+            _ if self.looks_at_namespace() && !self.children_left => Namespace::IfOthers,
             Role::Pid1 => Namespace::Yes,
             Role::Subreaper | Role::Plain => Namespace::No,
         };

@@ -63,11 +63,9 @@ pub trait Os {
         false
     }
     /// Whether a signal waits to be taken (rt_sigpending: none is taken).
-    fn signals_pending(&mut self) -> bool {
-        true
-    }
+    fn signals_pending(&mut self) -> bool;
     /// Take the shortest time slice for the rest of the run (`sys::short_slice`).
-    fn short_slice(&mut self) {}
+    fn short_slice(&mut self);
 }
 
 /// What drainit listens to.
