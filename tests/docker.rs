@@ -64,12 +64,17 @@ fn docker() -> &'static Engine {
 }
 
 /// `docker build` of `scratch` (a context directory) with `dockerfile`.
+///
+/// Without the cache: tests build identical contexts at the same time, and
+/// the legacy builder would reuse another build's intermediate layer, which
+/// that image's `rmi --force` (its Drop) may delete in mid-build ("failed to
+/// get digest ... no such file or directory", seen once in CI).
 fn build(scratch: Scratch, dockerfile: &str) -> Image {
     let engine = docker();
     scratch.write("Dockerfile", dockerfile, 0o644);
     let image = Image { engine, tag: format!("{}:latest", unique_name()) };
     let dir = scratch.str();
-    let out = engine.run(&["build", "--quiet", "--tag", &image.tag, &dir]);
+    let out = engine.run(&["build", "--quiet", "--no-cache", "--tag", &image.tag, &dir]);
     assert!(out.status.success(), "docker build of\n{dockerfile}\nfailed ({}):\n{}", out.status, out.text());
     image
 }
